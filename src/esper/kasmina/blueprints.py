@@ -1,0 +1,189 @@
+"""Blueprints: the kinds of seed module a slot can grow, per host topology.
+
+A seed computes a residual delta f(h) with the shape of its input; the slot adds it to the host
+stream as h + alpha * f(h). Each blueprint states its exact parameter count as a formula of the
+slot width, so a controller can reason about cost before building anything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class Topology(StrEnum):
+    CNN = "cnn"  # activations (B, C, H, W)
+    TRANSFORMER = "transformer"  # activations (B, T, D)
+
+
+@dataclass(frozen=True)
+class Blueprint:
+    name: str
+    topology: Topology
+    build: Callable[[int], nn.Module]
+    param_count: Callable[[int], int]
+    description: str
+
+
+# --------------------------------------------------------------------------- CNN seeds
+def _reduced(c: int) -> int:
+    """Hidden width of squeeze and bottleneck seeds."""
+    return max(c // 4, 4)
+
+
+class NormSeed2d(nn.Module):
+    """Batch-normalised copy of the stream, scaled by a gain that starts at zero."""
+
+    def __init__(self, c: int) -> None:
+        super().__init__()
+        self.norm = nn.BatchNorm2d(c)
+        nn.init.zeros_(self.norm.weight)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return self.norm(h)
+
+
+class SqueezeExciteSeed(nn.Module):
+    """Channel attention: rescales each channel of the stream by a learned gate in (-1, 1)."""
+
+    def __init__(self, c: int) -> None:
+        super().__init__()
+        r = _reduced(c)
+        self.fc1, self.fc2 = nn.Linear(c, r), nn.Linear(r, c)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        gate = torch.tanh(self.fc2(F.relu(self.fc1(h.mean(dim=(2, 3))))))
+        return h * gate[:, :, None, None]
+
+
+def _conv_bn(c_in: int, c_out: int, k: int, groups: int = 1) -> list[nn.Module]:
+    return [nn.Conv2d(c_in, c_out, k, padding=k // 2, groups=groups, bias=False), nn.BatchNorm2d(c_out)]
+
+
+def _depthwise(c: int) -> nn.Module:
+    return nn.Sequential(*_conv_bn(c, c, 3, groups=c), nn.ReLU(), *_conv_bn(c, c, 1))
+
+
+def _conv_light(c: int) -> nn.Module:
+    return nn.Sequential(*_conv_bn(c, c, 3), nn.ReLU())
+
+
+def _conv_heavy(c: int) -> nn.Module:
+    return nn.Sequential(*_conv_bn(c, c, 3), nn.ReLU(), *_conv_bn(c, c, 3))
+
+
+def _bottleneck(c: int) -> nn.Module:
+    b = _reduced(c)
+    return nn.Sequential(*_conv_bn(c, b, 1), nn.ReLU(), *_conv_bn(b, b, 3), nn.ReLU(), *_conv_bn(b, c, 1))
+
+
+# --------------------------------------------------------------------------- transformer seeds
+class NormSeed(nn.Module):
+    """Layer-normalised copy of the stream, scaled by a gain that starts at zero."""
+
+    def __init__(self, d: int) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(d)
+        nn.init.zeros_(self.norm.weight)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return self.norm(h)
+
+
+LORA_RANK = 8
+
+
+class LoRASeed(nn.Module):
+    """Low-rank linear map of the stream; `up` starts at zero as in LoRA."""
+
+    def __init__(self, d: int, rank: int = LORA_RANK) -> None:
+        super().__init__()
+        self.down, self.up = nn.Linear(d, rank, bias=False), nn.Linear(rank, d, bias=False)
+        nn.init.zeros_(self.up.weight)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return self.up(self.down(h))
+
+
+def attention_heads(d: int) -> int:
+    """Heads of 32 channels each, at least one."""
+    return max(1, d // 32) if d % max(1, d // 32) == 0 else 1
+
+
+class CausalSelfAttention(nn.Module):
+    """Pre-norm causal multi-head self-attention; used by the transformer host and as a seed."""
+
+    def __init__(self, d: int) -> None:
+        super().__init__()
+        self.n_head = attention_heads(d)
+        self.norm = nn.LayerNorm(d)
+        self.qkv = nn.Linear(d, 3 * d)
+        self.proj = nn.Linear(d, d)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        b, t, d = h.shape
+        q, k, v = self.qkv(self.norm(h)).split(d, dim=2)
+        q, k, v = (z.view(b, t, self.n_head, d // self.n_head).transpose(1, 2) for z in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.proj(y.transpose(1, 2).reshape(b, t, d))
+
+
+class MLP(nn.Module):
+    """Pre-norm feed-forward block with a 4x hidden width."""
+
+    def __init__(self, d: int) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(d)
+        self.fc = nn.Linear(d, 4 * d)
+        self.proj = nn.Linear(4 * d, d)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return self.proj(F.gelu(self.fc(self.norm(h))))
+
+
+# --------------------------------------------------------------------------- registry
+def _bp(name: str, topology: Topology, build: Callable[[int], nn.Module], count: Callable[[int], int], text: str) -> Blueprint:
+    return Blueprint(name, topology, build, count, text)
+
+
+_ALL: tuple[Blueprint, ...] = (
+    _bp("norm", Topology.CNN, NormSeed2d, lambda c: 2 * c, "batch norm with zero-initialised gain"),
+    _bp("attention", Topology.CNN, SqueezeExciteSeed,
+        lambda c: 2 * c * _reduced(c) + _reduced(c) + c, "squeeze-excite channel attention"),
+    _bp("depthwise", Topology.CNN, _depthwise, lambda c: 9 * c + c * c + 4 * c, "depthwise 3x3 then pointwise 1x1"),
+    _bp("conv_light", Topology.CNN, _conv_light, lambda c: 9 * c * c + 2 * c, "one 3x3 convolution"),
+    _bp("conv_heavy", Topology.CNN, _conv_heavy, lambda c: 18 * c * c + 4 * c, "two 3x3 convolutions"),
+    _bp("bottleneck", Topology.CNN, _bottleneck,
+        lambda c: 2 * c * _reduced(c) + 9 * _reduced(c) ** 2 + 4 * _reduced(c) + 2 * c, "1x1 down, 3x3, 1x1 up"),
+    _bp("norm", Topology.TRANSFORMER, NormSeed, lambda d: 2 * d, "layer norm with zero-initialised gain"),
+    _bp("lora", Topology.TRANSFORMER, LoRASeed, lambda d: 2 * d * LORA_RANK, f"rank-{LORA_RANK} linear map"),
+    _bp("attention", Topology.TRANSFORMER, CausalSelfAttention,
+        lambda d: 2 * d + 4 * d * d + 4 * d, "causal self-attention"),
+    _bp("mlp", Topology.TRANSFORMER, MLP, lambda d: 2 * d + 8 * d * d + 5 * d, "feed-forward block, 4x hidden"),
+)
+
+BLUEPRINTS: dict[Topology, dict[str, Blueprint]] = {
+    topo: {bp.name: bp for bp in _ALL if bp.topology is topo} for topo in Topology
+}
+"""Blueprints by topology, in a fixed order (the order a controller rotates through them)."""
+
+
+def blueprint_names(topology: Topology) -> tuple[str, ...]:
+    return tuple(BLUEPRINTS[topology])
+
+
+def get_blueprint(topology: Topology, name: str) -> Blueprint:
+    """The blueprint `name` for `topology`; a `ValueError` naming the valid choices otherwise."""
+    table = BLUEPRINTS[topology]
+    if name not in table:
+        other = [t.value for t in Topology if t is not topology and name in BLUEPRINTS[t]]
+        hint = f" ({name!r} is a {other[0]} blueprint)" if other else ""
+        raise ValueError(
+            f"unknown blueprint {name!r} for a {topology.value} host{hint}; choose from: {' '.join(table)}"
+        )
+    return table[name]

@@ -1,0 +1,73 @@
+"""Named constants shared across packages, each with the reason for its value.
+
+Accuracies and contributions are in percentage points (0..100) everywhere in Esper.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+GRAD_NORM_VANISHING: float = 1e-7
+"""A seed whose mean gradient norm over an epoch is below this is not learning."""
+
+GRAD_NORM_EXPLODING: float = 1e3
+"""A seed whose mean gradient norm over an epoch is above this is unstable."""
+
+
+@dataclass(frozen=True)
+class GateThresholds:
+    """The conditions of gates G0..G5. Every gate reads explicit inputs (stage, epochs in stage,
+    alpha, counterfactual contribution, gradient norm); none reads telemetry.
+
+    G0 germinate       DORMANT -> GERMINATED   slot empty; blueprint valid for the host (checked by
+                                              the model, which owns the blueprints).
+    G1 start training  GERMINATED -> TRAINING  seed parameters are finite; one tick after germination.
+    G2 start blending  TRAINING -> BLENDING    at least `min_training_epochs` in TRAINING and the
+                                              seed's mean gradient norm is healthy (finite, above
+                                              GRAD_NORM_VANISHING, below GRAD_NORM_EXPLODING).
+    G3 probation       BLENDING -> PROBATIONARY alpha has reached 1 (`blend_epochs` ticks).
+    G4 fossilize       PROBATIONARY -> FOSSILIZED on a FOSSILIZE op: at least
+                                              `min_probation_epochs` in PROBATIONARY and
+                                              contribution >= `fossilize_min_contribution`.
+    G5 release         EMBARGOED -> RESETTING  `embargo_epochs` ticks after a cull.
+
+    Automatic culls at a tick (no controller needed):
+    - PROBATIONARY with a measured contribution <= `probation_cull_contribution` (0: a seed
+      that does not help is removed).
+    - PROBATIONARY for more than `probation_timeout_epochs` without being fossilized.
+    - TRAINING for more than `max_training_epochs` without passing G2.
+    - Any live seed whose parameters or gradients are non-finite.
+    """
+
+    min_training_epochs: int = 3
+    """Dwell in TRAINING: enough epochs for the seed to learn something before it is blended."""
+
+    max_training_epochs: int = 12
+    """A seed that cannot pass G2 in this many epochs has unhealthy gradients: cull it."""
+
+    blend_epochs: int = 3
+    """Epochs over which alpha goes from 0 to 1; long enough for the host to adapt."""
+
+    min_probation_epochs: int = 1
+    """At least one full counterfactual measurement at alpha 1 before a seed can be kept."""
+
+    probation_timeout_epochs: int = 6
+    """A controller that never decides cannot keep a seed in probation forever."""
+
+    fossilize_min_contribution: float = 0.0
+    """G4 requires a contribution strictly above this (percentage points)."""
+
+    probation_cull_contribution: float = 0.0
+    """A probationary seed whose contribution is at or below this is culled automatically."""
+
+    embargo_epochs: int = 2
+    """Rest after a cull, so a controller cannot churn germinate/cull in one slot."""
+
+    def __post_init__(self) -> None:
+        for name in ("min_training_epochs", "blend_epochs", "min_probation_epochs", "embargo_epochs"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.max_training_epochs < self.min_training_epochs:
+            raise ValueError("max_training_epochs must be >= min_training_epochs")
+        if self.probation_timeout_epochs < self.min_probation_epochs:
+            raise ValueError("probation_timeout_epochs must be >= min_probation_epochs")
