@@ -6,7 +6,7 @@ tested and reasoned about without a model.
 """
 
 from esper.leyline.constants import GateThresholds
-from esper.leyline.ops import BlendSchedule, LifecycleOp
+from esper.leyline.ops import BlendSchedule, Decision, InvalidDecision, LifecycleOp
 from esper.leyline.slots import SlotId, parse_slots
 from esper.leyline.stages import (
     LIVE_STAGES,
@@ -22,7 +22,9 @@ __all__ = [
     "SEED_BEARING_STAGES",
     "TRANSITIONS",
     "BlendSchedule",
+    "Decision",
     "GateThresholds",
+    "InvalidDecision",
     "InvalidTransition",
     "LifecycleOp",
     "SeedStage",

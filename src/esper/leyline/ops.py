@@ -19,3 +19,48 @@ class BlendSchedule(IntEnum):
 
     LINEAR = 0
     SIGMOID = 1
+
+
+class InvalidDecision(ValueError):
+    """A decision whose fields do not fit its op (a controller bug, caught before execution)."""
+
+
+class Decision:
+    """One controller decision for one env step: an op, the slot it acts on, and for GERMINATE
+    the blueprint and blend schedule. WAIT acts on no slot."""
+
+    __slots__ = ("blueprint", "op", "reason", "schedule", "slot")
+
+    def __init__(
+        self,
+        op: LifecycleOp,
+        slot: str | None = None,
+        blueprint: str | None = None,
+        schedule: BlendSchedule = BlendSchedule.LINEAR,
+        reason: str = "",
+    ) -> None:
+        if op is LifecycleOp.WAIT and (slot is not None or blueprint is not None):
+            raise InvalidDecision("WAIT names no slot and no blueprint")
+        if op is not LifecycleOp.WAIT and slot is None:
+            raise InvalidDecision(f"{op.name} must name a slot")
+        if (op is LifecycleOp.GERMINATE) != (blueprint is not None):
+            raise InvalidDecision("a blueprint is named by GERMINATE and only by GERMINATE")
+        self.op, self.slot, self.blueprint, self.schedule, self.reason = op, slot, blueprint, schedule, reason
+
+    @classmethod
+    def wait(cls, reason: str = "") -> Decision:
+        return cls(LifecycleOp.WAIT, reason=reason)
+
+    def __repr__(self) -> str:
+        parts = [self.op.name] + [p for p in (self.slot, self.blueprint) if p is not None]
+        if self.op is LifecycleOp.GERMINATE:
+            parts.append(self.schedule.name.lower())
+        return f"Decision({' '.join(parts)})"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Decision):
+            return NotImplemented
+        return (self.op, self.slot, self.blueprint, self.schedule) == (other.op, other.slot, other.blueprint, other.schedule)
+
+    def __hash__(self) -> int:
+        return hash((self.op, self.slot, self.blueprint, self.schedule))

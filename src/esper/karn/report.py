@@ -1,0 +1,58 @@
+"""The run summary and atomic JSON writes."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from statistics import fmean
+from typing import Any
+
+from esper.tolaria.episode import EpisodeOutcome
+
+
+def write_json_atomic(path: Path, obj: Any) -> None:
+    """Write to a temporary file beside `path`, then rename over it: readers see old or new, never half."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(obj, f, indent=2, allow_nan=False)
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def episode_summary(
+    task: str, controller: str, slot_names: Sequence[str], outcomes: Sequence[EpisodeOutcome], config: dict[str, Any]
+) -> dict[str, Any]:
+    """Summary of a run of one or more episodes.
+
+    `final_val_accuracy` and `seed_params` are means over episodes (exact for one episode);
+    `slots` lists, for each slot in host order, every seed it held in any episode.
+    """
+    if not outcomes:
+        raise ValueError("a summary needs at least one finished episode")
+    slots: dict[str, list[dict[str, Any]]] = {name: [] for name in slot_names}
+    for outcome in outcomes:
+        for record in outcome.records:
+            slots[record.slot].append({"episode": outcome.episode, **record.to_json()})
+    return {
+        "task": task,
+        "controller": controller,
+        "episodes": len(outcomes),
+        "final_val_accuracy": fmean(o.final_val_accuracy for o in outcomes),
+        "final_val_accuracy_per_episode": [o.final_val_accuracy for o in outcomes],
+        "host_params": outcomes[0].host_params,
+        "seed_params": fmean(o.seed_params for o in outcomes),
+        "seed_params_per_episode": [o.seed_params for o in outcomes],
+        "rollbacks": sum(o.rollbacks for o in outcomes),
+        "seconds": sum(o.seconds for o in outcomes),
+        "slots": slots,
+        "episode_results": [o.to_json() for o in outcomes],
+        "config": config,
+    }

@@ -1,0 +1,1 @@
+"""Scripts: the command-line entry points (`esper ...` and `python -m esper.scripts.train ...`)."""

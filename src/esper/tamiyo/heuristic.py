@@ -1,0 +1,111 @@
+"""A rule-based controller over every enabled slot: the baseline a learned policy must beat."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from esper.kasmina.blueprints import Topology, blueprint_names, get_blueprint
+from esper.leyline import BlendSchedule, Decision, LifecycleOp, SeedStage
+from esper.tamiyo.signals import TrainingSignals
+
+PREFERRED_BLUEPRINTS: dict[Topology, tuple[str, ...]] = {
+    Topology.CNN: ("conv_light", "conv_heavy", "depthwise", "bottleneck", "attention", "norm"),
+    Topology.TRANSFORMER: ("mlp", "attention", "lora", "norm"),
+}
+"""Rotation order: blueprints that add the most capacity come first."""
+
+
+@dataclass(frozen=True)
+class HeuristicConfig:
+    warmup_epochs: int = 2
+    """No germination before this epoch: let the host find its footing first."""
+    plateau_patience: int = 1
+    """Germinate once validation accuracy has not improved for this many epochs."""
+    germination_cooldown: int = 2
+    """Epochs between two germinations, so each seed is judged on its own."""
+    fossilize_threshold: float = 0.5
+    """Keep a probationary seed whose counterfactual contribution is at least this (points)."""
+    cull_threshold: float = -0.5
+    """Remove a blended seed whose contribution falls below this (points)."""
+    cull_penalty: float = 1.0
+    """Added to a blueprint's penalty each time one of its seeds is culled."""
+    penalty_decay: float = 0.8
+    """Per-epoch decay of blueprint penalties: a culled blueprint comes back into rotation later."""
+    schedule: BlendSchedule = BlendSchedule.LINEAR
+
+
+class HeuristicController:
+    """Decides one op per epoch, checking in this order:
+
+    1. fossilize the first probationary seed whose contribution clears `fossilize_threshold`;
+    2. cull the first blended seed whose contribution is below `cull_threshold`, or any live
+       seed whose gradients explode;
+    3. germinate into the first empty enabled slot (host order) when the run has plateaued,
+       past warm-up and cooldown, within the seed budget; the blueprint is the next in rotation
+       with the lowest penalty for recent culls;
+    4. otherwise wait.
+    """
+
+    def __init__(
+        self,
+        topology: Topology,
+        enabled_slots: Sequence[str],
+        blueprints: Sequence[str] | None = None,
+        config: HeuristicConfig | None = None,
+    ) -> None:
+        self.config = config or HeuristicConfig()
+        self.enabled_slots = tuple(enabled_slots)
+        if blueprints is None:
+            blueprints = PREFERRED_BLUEPRINTS[topology]
+        for name in blueprints:
+            get_blueprint(topology, name)
+        self.rotation: tuple[str, ...] = tuple(blueprints) or blueprint_names(topology)
+        self.reset()
+
+    def reset(self) -> None:
+        """Start of an episode: rotation restarts, penalties clear."""
+        self._next = 0
+        self.penalty = dict.fromkeys(self.rotation, 0.0)
+        self._blueprint_in_slot: dict[str, str] = {}
+
+    def decide(self, signals: TrainingSignals) -> Decision:
+        c = self.config
+        slots = [s for s in signals.slots if s.enabled]
+        for s in slots:
+            if (s.stage is SeedStage.PROBATIONARY and s.contribution is not None
+                    and s.contribution >= c.fossilize_threshold and s.epochs_in_stage >= 1):
+                return Decision(LifecycleOp.FOSSILIZE, s.name, reason=f"contribution {s.contribution:.2f}")
+        for s in slots:
+            blended = s.stage in (SeedStage.BLENDING, SeedStage.PROBATIONARY)
+            if blended and s.contribution is not None and s.contribution < c.cull_threshold:
+                return Decision(LifecycleOp.CULL, s.name, reason=f"harmful: contribution {s.contribution:.2f}")
+            if s.stage in (SeedStage.TRAINING, SeedStage.BLENDING, SeedStage.PROBATIONARY) and s.grad_exploding:
+                return Decision(LifecycleOp.CULL, s.name, reason=f"exploding gradient {s.grad_norm}")
+        ready = (signals.epoch >= c.warmup_epochs and signals.plateau_epochs >= c.plateau_patience
+                 and signals.epochs_since_germination >= c.germination_cooldown
+                 and signals.seeds_germinated < signals.max_seeds)
+        empty = [s for s in slots if s.stage is SeedStage.DORMANT]
+        if ready and empty:
+            blueprint = self._choose_blueprint()
+            return Decision(LifecycleOp.GERMINATE, empty[0].name, blueprint, c.schedule,
+                            reason=f"plateau of {signals.plateau_epochs} epochs")
+        return Decision.wait()
+
+    def observe(self, decision: Decision, changes: Sequence[tuple[str, object]]) -> None:
+        """Learn from the step's outcome: which blueprint sits where, and which were culled."""
+        if decision.op is LifecycleOp.GERMINATE and decision.slot is not None and decision.blueprint is not None:
+            self._blueprint_in_slot[decision.slot] = decision.blueprint
+        for name in self.penalty:
+            self.penalty[name] *= self.config.penalty_decay
+        for slot, change in changes:
+            if getattr(change, "target", None) is SeedStage.CULLED and slot in self._blueprint_in_slot:
+                self.penalty[self._blueprint_in_slot.pop(slot)] += self.config.cull_penalty
+
+    def _choose_blueprint(self) -> str:
+        n = len(self.rotation)
+        order = [(self.penalty[self.rotation[(self._next + k) % n]], k) for k in range(n)]
+        _, k = min(order)
+        choice = self.rotation[(self._next + k) % n]
+        self._next = (self._next + k + 1) % n
+        return choice

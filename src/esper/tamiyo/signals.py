@@ -1,0 +1,139 @@
+"""Training signals: what a controller sees after each epoch, per slot and in fixed slot order."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from esper.leyline import SeedStage
+from esper.leyline.constants import GRAD_NORM_EXPLODING, GRAD_NORM_VANISHING
+
+PLATEAU_MIN_DELTA: float = 0.5
+"""Validation accuracy must beat its best by this many points to end a plateau."""
+
+
+@dataclass(frozen=True)
+class SlotSignals:
+    """One slot's state after an epoch. An empty slot has stage DORMANT/EMBARGOED/... and no seed."""
+
+    name: str
+    index: int
+    enabled: bool
+    stage: SeedStage
+    epochs_in_stage: int
+    alpha: float
+    blueprint: str | None
+    seed_id: str | None
+    contribution: float | None
+    """Validation accuracy with the seed minus with its alpha forced to 0 (points); None unless blended."""
+    grad_norm: float | None
+    """The seed's mean gradient norm over the epoch; None when it received no gradient."""
+    param_count: int
+
+    @property
+    def has_seed(self) -> bool:
+        return self.seed_id is not None
+
+    @property
+    def grad_vanishing(self) -> bool:
+        return self.grad_norm is not None and self.grad_norm <= GRAD_NORM_VANISHING
+
+    @property
+    def grad_exploding(self) -> bool:
+        return self.grad_norm is not None and (not math.isfinite(self.grad_norm) or self.grad_norm >= GRAD_NORM_EXPLODING)
+
+
+@dataclass(frozen=True)
+class TrainingSignals:
+    """Global signals of one env after an epoch, with every slot's signals in host order."""
+
+    epoch: int
+    max_epochs: int
+    train_loss: float
+    train_accuracy: float
+    val_loss: float
+    val_accuracy: float
+    val_accuracy_delta: float
+    val_loss_delta: float
+    best_val_accuracy: float
+    plateau_epochs: int
+    host_params: int
+    seed_params: int
+    seeds_germinated: int
+    max_seeds: int
+    epochs_since_germination: int
+    slots: tuple[SlotSignals, ...]
+
+    def slot(self, name: str) -> SlotSignals:
+        for s in self.slots:
+            if s.name == name:
+                return s
+        raise KeyError(name)
+
+
+@dataclass(frozen=True)
+class EpochMeasurements:
+    """Raw results of one epoch's training and validation, in percentage points for accuracies."""
+
+    train_loss: float
+    train_accuracy: float
+    val_loss: float
+    val_accuracy: float
+
+
+@dataclass
+class SignalTracker:
+    """Turns per-epoch measurements into signals with history: deltas, best accuracy, plateau.
+
+    One tracker per env; `reset` at every episode start. No slot is ever summarised by another:
+    the tracker passes every slot's own signals through in host order.
+    """
+
+    plateau_min_delta: float = PLATEAU_MIN_DELTA
+    _best: float = field(default=-math.inf, init=False)
+    _plateau: int = field(default=0, init=False)
+    _previous: EpochMeasurements | None = field(default=None, init=False)
+    _last_germination_epoch: int | None = field(default=None, init=False)
+
+    def reset(self) -> None:
+        self._best, self._plateau, self._previous, self._last_germination_epoch = -math.inf, 0, None, None
+
+    def note_germination(self, epoch: int) -> None:
+        self._last_germination_epoch = epoch
+
+    def update(
+        self,
+        epoch: int,
+        max_epochs: int,
+        measured: EpochMeasurements,
+        slots: tuple[SlotSignals, ...],
+        host_params: int,
+        seeds_germinated: int,
+        max_seeds: int,
+    ) -> TrainingSignals:
+        previous = self._previous or measured
+        if measured.val_accuracy >= self._best + self.plateau_min_delta:
+            self._plateau = 0
+        elif epoch > 0:
+            self._plateau += 1
+        self._best = max(self._best, measured.val_accuracy)
+        self._previous = measured
+        since = epoch if self._last_germination_epoch is None else epoch - self._last_germination_epoch
+        return TrainingSignals(
+            epoch=epoch,
+            max_epochs=max_epochs,
+            train_loss=measured.train_loss,
+            train_accuracy=measured.train_accuracy,
+            val_loss=measured.val_loss,
+            val_accuracy=measured.val_accuracy,
+            val_accuracy_delta=measured.val_accuracy - previous.val_accuracy,
+            val_loss_delta=measured.val_loss - previous.val_loss,
+            best_val_accuracy=self._best,
+            plateau_epochs=self._plateau,
+            host_params=host_params,
+            seed_params=sum(s.param_count for s in slots),
+            seeds_germinated=seeds_germinated,
+            max_seeds=max_seeds,
+            epochs_since_germination=since,
+            slots=slots,
+        )

@@ -1,0 +1,30 @@
+"""Tolaria: tasks and data, the single-env training environment, devices and the governor.
+
+Tasks pair a dataset with its host and hyperparameters; `MorphogeneticEnv` trains one host an
+epoch per step and executes one controller decision per step; the governor rolls an env back to
+its last healthy epoch on NaN or a loss blow-up.
+"""
+
+from esper.tolaria.datasets import DatasetError
+from esper.tolaria.devices import DeviceError, available_devices, resolve_device
+from esper.tolaria.environment import EnvConfig, MorphogeneticEnv, SeedRecord, StepResult
+from esper.tolaria.governor import Governor, GovernorConfig
+from esper.tolaria.tasks import DATA_DIR_ENV, DEFAULT_TASK, TASKS, TaskSpec, get_task
+
+__all__ = [
+    "DATA_DIR_ENV",
+    "DEFAULT_TASK",
+    "TASKS",
+    "DatasetError",
+    "DeviceError",
+    "EnvConfig",
+    "Governor",
+    "GovernorConfig",
+    "MorphogeneticEnv",
+    "SeedRecord",
+    "StepResult",
+    "TaskSpec",
+    "available_devices",
+    "get_task",
+    "resolve_device",
+]

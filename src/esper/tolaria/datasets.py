@@ -1,0 +1,327 @@
+"""Datasets held in memory as tensors, with torch-only batching and augmentation.
+
+Two embedded datasets need no download: procedural shapes (images) and the English text of
+Python's own `pydoc_data.topics`. Real datasets (CIFAR-10, TinyStories-style text) are read
+from disk and fail loudly when missing or corrupt; nothing is ever substituted for them.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import pickle
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+
+class DatasetError(ValueError):
+    """A dataset is missing, unreadable or malformed. The message names the path and the problem."""
+
+
+Batch = tuple[torch.Tensor, torch.Tensor]
+
+
+# --------------------------------------------------------------------------- containers
+@dataclass
+class ImageData:
+    """Images as float (N, C, H, W), already normalised; labels int64 (N,)."""
+
+    train_x: torch.Tensor
+    train_y: torch.Tensor
+    val_x: torch.Tensor
+    val_y: torch.Tensor
+    num_classes: int
+    augment: bool  # random crop (pad 2 px per 16 px of side) and horizontal flip, CIFAR style
+    samples_per_epoch: int | None = None
+    """Draw this many training images per epoch from the pool; None means one full pass."""
+
+    def to(self, device: torch.device) -> ImageData:
+        return ImageData(*(t.to(device) for t in (self.train_x, self.train_y, self.val_x, self.val_y)),
+                         self.num_classes, self.augment, self.samples_per_epoch)
+
+    def train_batches(self, batch_size: int, generator: torch.Generator) -> Iterator[Batch]:
+        """One epoch of shuffled batches. `generator` lives on the CPU; indices move to the data."""
+        n = self.train_x.shape[0]
+        order = torch.randperm(n, generator=generator)[: self.samples_per_epoch].to(self.train_x.device)
+        for start in range(0, order.numel() - batch_size + 1, batch_size):  # drop the ragged last batch
+            idx = order[start:start + batch_size]
+            x = self.train_x[idx]
+            if self.augment:
+                x = random_crop_flip(x, pad=max(1, x.shape[-1] // 8), generator=generator)
+            yield x, self.train_y[idx]
+
+    def val_batches(self, batch_size: int) -> Iterator[Batch]:
+        for start in range(0, self.val_x.shape[0], batch_size):
+            yield self.val_x[start:start + batch_size], self.val_y[start:start + batch_size]
+
+
+@dataclass
+class TokenData:
+    """A byte stream split into train and validation tokens (int64)."""
+
+    train_tokens: torch.Tensor
+    val_tokens: torch.Tensor
+    block_size: int
+    train_windows_per_epoch: int
+    max_val_windows: int
+
+    def to(self, device: torch.device) -> TokenData:
+        return TokenData(self.train_tokens.to(device), self.val_tokens.to(device), self.block_size,
+                         self.train_windows_per_epoch, self.max_val_windows)
+
+    def train_batches(self, batch_size: int, generator: torch.Generator) -> Iterator[Batch]:
+        """`train_windows_per_epoch` random windows, as (inputs, next-byte targets)."""
+        span = self.train_tokens.shape[0] - self.block_size - 1
+        starts = torch.randint(0, span, (self.train_windows_per_epoch,), generator=generator)
+        starts = starts.to(self.train_tokens.device)
+        offsets = torch.arange(self.block_size + 1, device=self.train_tokens.device)
+        for b in range(0, self.train_windows_per_epoch - batch_size + 1, batch_size):
+            windows = self.train_tokens[starts[b:b + batch_size, None] + offsets]
+            yield windows[:, :-1], windows[:, 1:]
+
+    def val_batches(self, batch_size: int) -> Iterator[Batch]:
+        """Consecutive non-overlapping windows from the start of the validation split."""
+        t = self.block_size
+        n = min((self.val_tokens.shape[0] - 1) // t, self.max_val_windows)
+        windows = self.val_tokens[: n * t + 1]
+        xs = windows[:-1].view(n, t)
+        ys = windows[1:].view(n, t)
+        for start in range(0, n, batch_size):
+            yield xs[start:start + batch_size], ys[start:start + batch_size]
+
+
+TaskData = ImageData | TokenData
+
+
+# --------------------------------------------------------------------------- augmentation
+def random_crop_flip(x: torch.Tensor, pad: int, generator: torch.Generator) -> torch.Tensor:
+    """Per-image random crop from a zero-padded copy, then a random horizontal flip."""
+    n, _, h, w = x.shape
+    padded = torch.nn.functional.pad(x, (pad, pad, pad, pad))
+    dy = torch.randint(0, 2 * pad + 1, (n,), generator=generator).to(x.device)
+    dx = torch.randint(0, 2 * pad + 1, (n,), generator=generator).to(x.device)
+    rows = (dy[:, None] + torch.arange(h, device=x.device))[:, None, :, None]
+    cols = (dx[:, None] + torch.arange(w, device=x.device))[:, None, None, :]
+    batch = torch.arange(n, device=x.device)[:, None, None, None]
+    chan = torch.arange(x.shape[1], device=x.device)[None, :, None, None]
+    out = padded[batch, chan, rows, cols]
+    flip = (torch.rand(n, generator=generator) < 0.5).to(x.device)
+    return torch.where(flip[:, None, None, None], out.flip(-1), out)
+
+
+def normalize_channels(train: torch.Tensor, *others: torch.Tensor) -> list[torch.Tensor]:
+    """Standardise every tensor with the per-channel mean and std of the training images."""
+    mean = train.mean(dim=(0, 2, 3), keepdim=True)
+    std = train.std(dim=(0, 2, 3), keepdim=True).clamp_min(1e-6)
+    return [(t - mean) / std for t in (train, *others)]
+
+
+# --------------------------------------------------------------------------- procedural shapes
+SHAPE_CLASSES: tuple[str, ...] = (
+    "disk", "ring", "square", "square_outline", "triangle", "plus", "cross", "two_dots", "bar", "half_disk",
+)
+
+
+def _rotate(x: torch.Tensor, y: torch.Tensor, theta: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    c, s = torch.cos(theta), torch.sin(theta)
+    return c * x + s * y, -s * x + c * y
+
+
+def _shape_mask(label: int, x: torch.Tensor, y: torch.Tensor, size: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
+    """Signed 'inside' score (>0 inside) of shape `label` on grids x, y of shape (n, H, W)."""
+    r = size
+    u, v = _rotate(x, y, theta)
+    rad = torch.sqrt(x * x + y * y)
+    thick = 0.28 * r
+    if label == 0:
+        return r - rad
+    if label == 1:
+        return thick / 2 - (rad - 0.8 * r).abs()
+    if label == 2:
+        return 0.85 * r - torch.maximum(u.abs(), v.abs())
+    if label == 3:
+        return thick / 2 - (torch.maximum(u.abs(), v.abs()) - 0.75 * r).abs()
+    if label == 4:
+        # equilateral triangle: intersection of three half-planes
+        d = torch.stack([v * math.cos(a) + u * math.sin(a) for a in (0.0, 2 * math.pi / 3, 4 * math.pi / 3)])
+        return 0.5 * r - d.max(dim=0).values
+    if label in (5, 6):
+        uu, vv = (u, v) if label == 5 else _rotate(u, v, torch.full_like(theta, math.pi / 4))
+        arm = torch.maximum(torch.minimum(thick / 2 - uu.abs(), r - vv.abs()), torch.minimum(thick / 2 - vv.abs(), r - uu.abs()))
+        return arm
+    if label == 7:
+        a = torch.sqrt((u - 0.55 * r) ** 2 + v**2)
+        b = torch.sqrt((u + 0.55 * r) ** 2 + v**2)
+        return 0.38 * r - torch.minimum(a, b)
+    if label == 8:
+        return torch.minimum(thick / 1.5 - v.abs(), 1.1 * r - u.abs())
+    if label == 9:
+        return torch.minimum(r - rad, v)
+    raise ValueError(f"unknown shape class {label}")
+
+
+def procedural_shapes(n: int, seed: int, image_size: int = 16, noise: float = 0.12) -> tuple[torch.Tensor, torch.Tensor]:
+    """`n` RGB images of `image_size` pixels, each showing one of ten shapes, deterministic from `seed`.
+
+    Nuisances that make it a learning problem rather than a lookup: random position, size and
+    rotation (small for the orientation-defined plus/cross), random foreground and background
+    colours, a random illumination gradient, a random distractor blob and pixel noise.
+    Returns float images in [0, 1]-ish (N, 3, S, S) and int64 labels (N,).
+    """
+    g = torch.Generator().manual_seed(seed)
+    labels = torch.arange(n) % len(SHAPE_CLASSES)
+    labels = labels[torch.randperm(n, generator=g)]
+    coords = torch.linspace(-1.0, 1.0, image_size)
+    gy, gx = torch.meshgrid(coords, coords, indexing="ij")
+
+    def rand(*shape: int) -> torch.Tensor:
+        return torch.rand(*shape, generator=g)
+
+    cx, cy = (rand(n) - 0.5) * 0.7, (rand(n) - 0.5) * 0.7
+    size = 0.35 + 0.3 * rand(n)
+    theta = rand(n) * 2 * math.pi
+    small_tilt = (rand(n) - 0.5) * math.radians(30)
+    x = gx[None] - cx[:, None, None]
+    y = gy[None] - cy[:, None, None]
+    inside = torch.empty(n, image_size, image_size)
+    for label in range(len(SHAPE_CLASSES)):
+        sel = labels == label
+        if not sel.any():
+            continue
+        angle = small_tilt[sel] if label in (2, 3, 5, 6) else theta[sel]
+        inside[sel] = _shape_mask(label, x[sel], y[sel], size[sel, None, None], angle[:, None, None])
+    pixel = 2.0 / image_size
+    mask = torch.sigmoid(inside / (0.5 * pixel))
+
+    # distractor: a small soft blob somewhere else
+    bx, by = (rand(n) - 0.5) * 1.8, (rand(n) - 0.5) * 1.8
+    blob = torch.exp(-((gx[None] - bx[:, None, None]) ** 2 + (gy[None] - by[:, None, None]) ** 2) / (2 * 0.12**2))
+
+    fg, bg, blob_c = rand(n, 3), rand(n, 3), rand(n, 3)
+    fg = torch.where(((fg - bg).abs().sum(1, keepdim=True) < 0.6), 1.0 - bg, fg)  # keep some contrast
+    light = 1.0 + 0.4 * (rand(n, 1, 1) - 0.5) * gx[None] + 0.4 * (rand(n, 1, 1) - 0.5) * gy[None]
+    img = bg[:, :, None, None] * (1 - mask[:, None]) + fg[:, :, None, None] * mask[:, None]
+    img = img * (1 - 0.8 * blob[:, None]) + blob_c[:, :, None, None] * 0.8 * blob[:, None]
+    img = img * light[:, None] + noise * torch.randn(n, 3, image_size, image_size, generator=g)
+    return img.float(), labels
+
+
+@functools.lru_cache(maxsize=4)
+def load_shapes(seed: int, n_train: int, n_val: int, image_size: int, samples_per_epoch: int | None) -> ImageData:
+    """A training pool and a validation set from disjoint generator streams of the same seed.
+
+    Cached per process: the tensors are never modified in place, so every env can share them.
+    """
+    tx, ty = procedural_shapes(n_train, seed=2 * seed, image_size=image_size)
+    vx, vy = procedural_shapes(n_val, seed=2 * seed + 1, image_size=image_size)
+    tx, vx = normalize_channels(tx, vx)
+    return ImageData(tx, ty, vx, vy, num_classes=len(SHAPE_CLASSES), augment=False, samples_per_epoch=samples_per_epoch)
+
+
+# --------------------------------------------------------------------------- CIFAR-10
+CIFAR10_TRAIN_FILES = tuple(f"data_batch_{i}" for i in range(1, 6))
+CIFAR10_TEST_FILE = "test_batch"
+
+
+def find_cifar10_dir(data_dir: Path) -> Path:
+    """Accept the `cifar-10-batches-py` folder itself or a folder that contains it."""
+    if not data_dir.is_dir():
+        raise DatasetError(f"CIFAR-10 data folder {str(data_dir)!r} does not exist or is not a folder")
+    for candidate in (data_dir, data_dir / "cifar-10-batches-py"):
+        if (candidate / CIFAR10_TEST_FILE).exists():
+            return candidate
+    raise DatasetError(
+        f"no CIFAR-10 python batches in {str(data_dir)!r}: expected {', '.join(CIFAR10_TRAIN_FILES)} and "
+        f"{CIFAR10_TEST_FILE} (the 'cifar-10-batches-py' folder of the python version)"
+    )
+
+
+def _read_cifar_batch(path: Path) -> tuple[torch.Tensor, torch.Tensor]:
+    if not path.is_file():
+        raise DatasetError(f"CIFAR-10 file {str(path)!r} is missing")
+    try:
+        with path.open("rb") as f:
+            entry = pickle.load(f, encoding="bytes")
+        data, labels = entry[b"data"], entry[b"labels"]
+        images = torch.as_tensor(data, dtype=torch.uint8).reshape(-1, 3, 32, 32)
+        targets = torch.as_tensor(labels, dtype=torch.int64)
+    except DatasetError:
+        raise
+    except Exception as exc:
+        raise DatasetError(f"CIFAR-10 file {str(path)!r} is corrupt: {type(exc).__name__}: {exc}") from exc
+    if images.shape[0] != targets.shape[0] or targets.numel() == 0 or not bool(((targets >= 0) & (targets < 10)).all()):
+        raise DatasetError(f"CIFAR-10 file {str(path)!r} is corrupt: labels do not match the images or are outside 0..9")
+    return images, targets
+
+
+def load_cifar10(data_dir: Path) -> ImageData:
+    root = find_cifar10_dir(data_dir)
+    parts = [_read_cifar_batch(root / name) for name in CIFAR10_TRAIN_FILES]
+    tx = torch.cat([p[0] for p in parts]).float() / 255.0
+    ty = torch.cat([p[1] for p in parts])
+    vx, vy = _read_cifar_batch(root / CIFAR10_TEST_FILE)
+    tx, vx = normalize_channels(tx, vx.float() / 255.0)
+    return ImageData(tx, ty, vx, vy, num_classes=10, augment=True)
+
+
+# --------------------------------------------------------------------------- text
+def _bytes_tensor(data: bytes) -> torch.Tensor:
+    return torch.frombuffer(bytearray(data), dtype=torch.uint8).to(torch.int64)
+
+
+def split_tokens(data: bytes, val_fraction: float) -> tuple[torch.Tensor, torch.Tensor]:
+    tokens = _bytes_tensor(data)
+    cut = int(tokens.numel() * (1.0 - val_fraction))
+    return tokens[:cut], tokens[cut:]
+
+
+def pydoc_topics_bytes() -> bytes:
+    """The English reference text that ships with CPython (`pydoc_data.topics`), in key order."""
+    from pydoc_data.topics import topics
+
+    return "\n\n".join(topics[k] for k in sorted(topics)).encode("utf-8")
+
+
+def _read_text_file(path: Path) -> bytes:
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise DatasetError(f"cannot read text file {str(path)!r}: {exc.strerror}") from exc
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise DatasetError(f"text file {str(path)!r} is not UTF-8 text (byte {exc.start})") from exc
+    if b"\x00" in data:
+        raise DatasetError(f"text file {str(path)!r} holds NUL bytes: not a text corpus")
+    return data
+
+
+def load_text_corpus(data_dir: Path, block_size: int, val_fraction: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """TinyStories-style corpus: a folder with `*train*.txt` and `*valid*.txt`, or one `.txt` file
+    (or a folder with exactly one) split into train and validation by `val_fraction`."""
+    if data_dir.is_file():
+        train, val = split_tokens(_read_text_file(data_dir), val_fraction)
+    elif data_dir.is_dir():
+        train_files = sorted(data_dir.glob("*train*.txt"))
+        val_files = sorted(data_dir.glob("*valid*.txt"))
+        all_txt = sorted(data_dir.glob("*.txt"))
+        if train_files and val_files:
+            train = _bytes_tensor(b"".join(_read_text_file(p) for p in train_files))
+            val = _bytes_tensor(b"".join(_read_text_file(p) for p in val_files))
+        elif len(all_txt) == 1:
+            train, val = split_tokens(_read_text_file(all_txt[0]), val_fraction)
+        else:
+            raise DatasetError(
+                f"text folder {str(data_dir)!r} needs *train*.txt and *valid*.txt files, or exactly one .txt file; "
+                f"found {len(all_txt)} .txt files"
+            )
+    else:
+        raise DatasetError(f"text data path {str(data_dir)!r} does not exist")
+    for name, part in (("training", train), ("validation", val)):
+        if part.numel() < 2 * (block_size + 1):
+            raise DatasetError(f"{name} text in {str(data_dir)!r} is too short: {part.numel()} bytes, "
+                               f"need at least {2 * (block_size + 1)}")
+    return train, val

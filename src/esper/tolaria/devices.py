@@ -1,0 +1,40 @@
+"""Device parsing and validation: every device is a `torch.device`, checked once at start-up."""
+
+from __future__ import annotations
+
+import torch
+
+
+class DeviceError(ValueError):
+    """A requested device that does not exist here; the message names what does."""
+
+
+def available_devices() -> list[str]:
+    found = ["cpu"]
+    if torch.cuda.is_available():
+        found += [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+        found.append("mps")
+    return found
+
+
+def resolve_device(spec: str) -> torch.device:
+    """Parse and validate `spec` ('cpu', 'cuda', 'cuda:1', 'mps'). Bare 'cuda' means cuda:0."""
+    available = available_devices()
+    try:
+        device = torch.device(spec)
+    except (RuntimeError, ValueError):
+        raise DeviceError(f"malformed device {spec!r}; available devices: {' '.join(available)}") from None
+    if device.type == "cpu":
+        return torch.device("cpu")
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise DeviceError(f"device {spec!r} asked for CUDA, which is not available here; available devices: {' '.join(available)}")
+        index = 0 if device.index is None else device.index
+        if index >= torch.cuda.device_count():
+            raise DeviceError(f"device {spec!r} does not exist: this machine has {torch.cuda.device_count()} CUDA device(s); "
+                              f"available devices: {' '.join(available)}")
+        return torch.device("cuda", index)
+    if device.type == "mps" and "mps" in available:
+        return device
+    raise DeviceError(f"device {spec!r} is not available; available devices: {' '.join(available)}")

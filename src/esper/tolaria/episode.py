@@ -1,0 +1,57 @@
+"""Running one episode of an env with a controller."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from esper.leyline import Decision
+from esper.nissa import Event
+from esper.tamiyo.signals import TrainingSignals
+from esper.tolaria.environment import MorphogeneticEnv, SeedRecord
+
+
+class Controller(Protocol):
+    def reset(self) -> None: ...
+    def decide(self, signals: TrainingSignals) -> Decision: ...
+    def observe(self, decision: Decision, changes: Sequence[tuple[str, object]]) -> None: ...
+
+
+@dataclass(frozen=True)
+class EpisodeOutcome:
+    episode: int
+    seed: int
+    final_val_accuracy: float
+    final_val_loss: float
+    host_params: int
+    seed_params: int
+    records: tuple[SeedRecord, ...]
+    rollbacks: int
+    seconds: float
+
+    def to_json(self) -> dict[str, object]:
+        return {"episode": self.episode, "seed": self.seed, "final_val_accuracy": self.final_val_accuracy,
+                "final_val_loss": self.final_val_loss, "host_params": self.host_params,
+                "seed_params": self.seed_params, "rollbacks": self.rollbacks, "seconds": self.seconds,
+                "seeds": [r.to_json() for r in self.records]}
+
+
+def run_episode(env: MorphogeneticEnv, controller: Controller, seed: int, episode: int) -> EpisodeOutcome:
+    signals = env.reset(seed, episode)
+    controller.reset()
+    done = False
+    while not done:
+        decision = controller.decide(signals)
+        result = env.step(decision)
+        controller.observe(decision, result.changes)
+        signals, done = result.signals, result.done
+    outcome = EpisodeOutcome(
+        episode=episode, seed=seed, final_val_accuracy=signals.val_accuracy, final_val_loss=signals.val_loss,
+        host_params=signals.host_params, seed_params=signals.seed_params, records=tuple(env.records),
+        rollbacks=env.governor.rollbacks, seconds=env.episode_seconds(),
+    )
+    env.emit(Event("episode_end", episode, signals.epoch, {
+        "final_val_accuracy": outcome.final_val_accuracy, "host_params": outcome.host_params,
+        "seed_params": outcome.seed_params, "seconds": outcome.seconds}))
+    return outcome

@@ -1,0 +1,76 @@
+"""The governor: keeps the last healthy state of an env and rolls back to it on a blow-up."""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+
+@dataclass(frozen=True)
+class GovernorConfig:
+    blowup_factor: float = 3.0
+    """A training loss above this multiple of the recent mean is a blow-up."""
+    history: int = 5
+    """How many recent healthy epoch losses form that mean."""
+    min_history: int = 2
+    """Blow-ups are judged only once this many healthy epochs are known; NaN/Inf always are."""
+
+
+def _clone(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    if isinstance(value, dict):
+        return {k: _clone(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_clone(v) for v in value]
+    return copy.deepcopy(value)
+
+
+@dataclass
+class Snapshot:
+    """Everything needed to put an env back: the model state dict (slot lifecycles and seed
+    structure included), and the state of every optimizer by name."""
+
+    model: dict[str, Any]
+    optimizers: dict[str, dict[str, Any]]
+
+
+class Governor:
+    """Judges each epoch's losses and holds a snapshot of the last healthy epoch."""
+
+    def __init__(self, config: GovernorConfig | None = None) -> None:
+        self.config = config or GovernorConfig()
+        self._losses: deque[float] = deque(maxlen=self.config.history)
+        self._snapshot: Snapshot | None = None
+        self.rollbacks = 0
+
+    def reset(self) -> None:
+        self._losses.clear()
+        self._snapshot = None
+        self.rollbacks = 0
+
+    def judge(self, train_loss: float, val_loss: float) -> str | None:
+        """The reason this epoch is a panic, or None when it is healthy."""
+        if not (math.isfinite(train_loss) and math.isfinite(val_loss)):
+            return f"non-finite loss (train {train_loss}, validation {val_loss})"
+        if len(self._losses) >= self.config.min_history:
+            reference = sum(self._losses) / len(self._losses)
+            if train_loss > self.config.blowup_factor * reference:
+                return f"loss blow-up: train loss {train_loss:.4g} > {self.config.blowup_factor} x recent mean {reference:.4g}"
+        return None
+
+    def record_healthy(self, train_loss: float, model_state: dict[str, Any], optimizer_states: dict[str, dict[str, Any]]) -> None:
+        self._losses.append(train_loss)
+        self._snapshot = Snapshot(_clone(model_state), _clone(optimizer_states))
+
+    def last_snapshot(self) -> Snapshot:
+        if self._snapshot is None:
+            raise RuntimeError("the governor has no healthy snapshot to roll back to")
+        self.rollbacks += 1
+        # A copy: restoring must not let later optimizer steps write into the kept snapshot.
+        return Snapshot(_clone(self._snapshot.model), _clone(self._snapshot.optimizers))

@@ -1,0 +1,134 @@
+"""Tasks: a dataset, the host that learns it, and the hyperparameters that go with them."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from esper.kasmina import CNNHost, Host, Topology, TransformerHost
+from esper.tolaria.datasets import (
+    DatasetError,
+    TaskData,
+    TokenData,
+    load_cifar10,
+    load_shapes,
+    load_text_corpus,
+    pydoc_topics_bytes,
+    split_tokens,
+)
+
+DATA_DIR_ENV = "ESPER_DATA_DIR"
+"""Environment variable read for a real dataset's location when `--data-dir` is not given."""
+
+SHAPES_DATA_SEED = 0
+"""The shapes dataset is one fixed dataset; `--seed` varies initialisation and shuffling, not data."""
+
+TEXT_BLOCK_SIZE = 64
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    name: str
+    description: str
+    topology: Topology
+    build_host: Callable[[], Host]
+    load_data: Callable[[Path | None], TaskData]
+    needs_data_dir: bool
+    batch_size: int
+    host_lr: float
+    seed_lr: float
+    weight_decay: float
+    max_epochs: int
+    """Default episode length (host epochs)."""
+
+    def resolve_data_dir(self, flag: str | None) -> Path | None:
+        """`--data-dir`, else $ESPER_DATA_DIR, for tasks that read from disk; a clear error otherwise."""
+        if not self.needs_data_dir:
+            if flag is not None:
+                raise DatasetError(f"task {self.name!r} is embedded and takes no --data-dir (got {flag!r})")
+            return None
+        raw = flag if flag is not None else os.environ.get(DATA_DIR_ENV)
+        if not raw:
+            raise DatasetError(f"task {self.name!r} reads its data from disk: pass --data-dir or set {DATA_DIR_ENV}")
+        return Path(raw).expanduser()
+
+
+def _pydoc_data(_: Path | None) -> TaskData:
+    train, val = split_tokens(pydoc_topics_bytes(), val_fraction=0.1)
+    return TokenData(train, val, TEXT_BLOCK_SIZE, train_windows_per_epoch=2048, max_val_windows=256)
+
+
+def _textfile_data(path: Path | None) -> TaskData:
+    assert path is not None  # resolve_data_dir guarantees it for this task
+    train, val = load_text_corpus(path, TEXT_BLOCK_SIZE, val_fraction=0.1)
+    return TokenData(train, val, TEXT_BLOCK_SIZE, train_windows_per_epoch=8192, max_val_windows=1024)
+
+
+TASKS: dict[str, TaskSpec] = {
+    spec.name: spec
+    for spec in (
+        TaskSpec(
+            name="shapes",
+            description="embedded procedural 16x16 images of ten shapes, 5000 drawn per epoch from a 50k pool (default)",
+            topology=Topology.CNN,
+            build_host=lambda: CNNHost(in_channels=3, num_classes=10, width=8, depth=3),
+            load_data=lambda _: load_shapes(SHAPES_DATA_SEED, n_train=50_000, n_val=2000, image_size=16,
+                                            samples_per_epoch=5000),
+            needs_data_dir=False,
+            batch_size=100,
+            host_lr=3e-3,
+            seed_lr=3e-3,
+            weight_decay=1e-4,
+            max_epochs=25,
+        ),
+        TaskSpec(
+            name="pydoc",
+            description="embedded byte-level language modelling on CPython's pydoc_data.topics text",
+            topology=Topology.TRANSFORMER,
+            build_host=lambda: TransformerHost(vocab_size=256, block_size=TEXT_BLOCK_SIZE, d_model=64, n_layer=3, n_slots=3),
+            load_data=_pydoc_data,
+            needs_data_dir=False,
+            batch_size=64,
+            host_lr=3e-3,
+            seed_lr=3e-3,
+            weight_decay=1e-4,
+            max_epochs=20,
+        ),
+        TaskSpec(
+            name="cifar10",
+            description="CIFAR-10 from the python-pickle folder (cifar-10-batches-py)",
+            topology=Topology.CNN,
+            build_host=lambda: CNNHost(in_channels=3, num_classes=10, width=32, depth=3),
+            load_data=lambda path: load_cifar10(path),  # type: ignore[arg-type]
+            needs_data_dir=True,
+            batch_size=128,
+            host_lr=2e-3,
+            seed_lr=2e-3,
+            weight_decay=5e-4,
+            max_epochs=25,
+        ),
+        TaskSpec(
+            name="textfile",
+            description="byte-level language modelling on TinyStories-style .txt files",
+            topology=Topology.TRANSFORMER,
+            build_host=lambda: TransformerHost(vocab_size=256, block_size=TEXT_BLOCK_SIZE, d_model=128, n_layer=6, n_slots=3),
+            load_data=_textfile_data,
+            needs_data_dir=True,
+            batch_size=64,
+            host_lr=1e-3,
+            seed_lr=1e-3,
+            weight_decay=1e-4,
+            max_epochs=20,
+        ),
+    )
+}
+
+DEFAULT_TASK = "shapes"
+
+
+def get_task(name: str) -> TaskSpec:
+    if name not in TASKS:
+        raise ValueError(f"unknown task {name!r}; choose from: {' '.join(TASKS)}")
+    return TASKS[name]

@@ -1,0 +1,54 @@
+"""Shared fixtures: tiny versions of the embedded tasks, so end-to-end tests run in seconds."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from esper.kasmina import CNNHost, TransformerHost
+from esper.tolaria import EnvConfig, MorphogeneticEnv, TaskSpec, get_task
+from esper.tolaria.datasets import TokenData, load_shapes, pydoc_topics_bytes, split_tokens
+
+
+def tiny_shapes_task() -> TaskSpec:
+    return dataclasses.replace(
+        get_task("shapes"),
+        build_host=lambda: CNNHost(width=4, depth=3),
+        load_data=lambda _: load_shapes(0, n_train=400, n_val=200, image_size=16, samples_per_epoch=None),
+        batch_size=50,
+        max_epochs=6,
+    )
+
+
+def tiny_text_task() -> TaskSpec:
+    def data(_):
+        train, val = split_tokens(pydoc_topics_bytes()[:60_000], val_fraction=0.2)
+        return TokenData(train, val, block_size=16, train_windows_per_epoch=128, max_val_windows=32)
+
+    return dataclasses.replace(
+        get_task("pydoc"),
+        build_host=lambda: TransformerHost(block_size=16, d_model=32, n_layer=3, n_slots=3),
+        load_data=data,
+        batch_size=32,
+        max_epochs=4,
+    )
+
+
+def make_env(task: TaskSpec | None = None, max_epochs: int = 6, max_seeds: int = 6,
+             slots: tuple[str, ...] = ("early", "mid", "late"), **kwargs) -> MorphogeneticEnv:
+    task = task or tiny_shapes_task()
+    config = EnvConfig(task=task, device=torch.device("cpu"), max_epochs=max_epochs,
+                       enabled_slots=slots, max_seeds=max_seeds, **kwargs)
+    return MorphogeneticEnv(config, task.load_data(None))
+
+
+@pytest.fixture
+def shapes_task() -> TaskSpec:
+    return tiny_shapes_task()
+
+
+@pytest.fixture
+def text_task() -> TaskSpec:
+    return tiny_text_task()
