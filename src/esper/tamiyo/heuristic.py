@@ -31,7 +31,10 @@ class HeuristicConfig:
     cull_penalty: float = 1.0
     """Added to a blueprint's penalty each time one of its seeds is culled."""
     penalty_decay: float = 0.8
-    """Per-epoch decay of blueprint penalties: a culled blueprint comes back into rotation later."""
+    """Per-epoch decay of blueprint penalties."""
+    penalty_forgotten_below: float = 0.1
+    """A penalty that has decayed below this no longer counts: the blueprint is back in rotation
+    (about ten epochs after a single cull with the defaults)."""
     schedule: BlendSchedule = BlendSchedule.LINEAR
 
 
@@ -104,7 +107,11 @@ class HeuristicController:
 
     def _choose_blueprint(self) -> str:
         n = len(self.rotation)
-        order = [(self.penalty[self.rotation[(self._next + k) % n]], k) for k in range(n)]
+        floor = self.config.penalty_forgotten_below
+        order = []
+        for k in range(n):
+            penalty = self.penalty[self.rotation[(self._next + k) % n]]
+            order.append((penalty if penalty >= floor else 0.0, k))
         _, k = min(order)
         choice = self.rotation[(self._next + k) % n]
         self._next = (self._next + k + 1) % n

@@ -1,0 +1,445 @@
+"""The `esper heuristic` command line: one-line errors with exit code 2, and real runs' outputs."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import pickle
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from esper.scripts.train import main
+from esper.tamiyo import PREFERRED_BLUEPRINTS
+from esper.tolaria import DATA_DIR_ENV, TASKS, TaskSpec
+from esper.tolaria.datasets import CIFAR10_TEST_FILE, CIFAR10_TRAIN_FILES
+
+PREFIX = "esper: error: "
+
+
+@pytest.fixture
+def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """Run from an empty folder (so a default `runs/` would show up), with no data-dir env and
+    one torch thread (the machine is shared)."""
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    monkeypatch.delenv(DATA_DIR_ENV, raising=False)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield cwd
+    torch.set_num_threads(threads)
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(root)): p.read_bytes() if p.is_file() else b"<dir>"
+        for p in sorted(root.rglob("*"))
+    }
+
+
+def write_cifar_folder(parent: Path) -> Path:
+    root = parent / "cifar-10-batches-py"
+    root.mkdir(parents=True)
+    for name in (*CIFAR10_TRAIN_FILES, CIFAR10_TEST_FILE):
+        entry = {b"data": np.full((2, 3072), 7, dtype=np.uint8), b"labels": [1, 2]}
+        (root / name).write_bytes(pickle.dumps(entry, protocol=2))
+    return root
+
+
+def check_usage_error(capsys: pytest.CaptureFixture[str], argv: list[str], *fragments: str) -> str:
+    """`main(argv)` fails with exit code 2 and exactly one stderr line naming `fragments`."""
+    rc = main(argv)
+    out, err = capsys.readouterr()
+    assert rc == 2
+    assert out == ""
+    assert err.endswith("\n")
+    lines = err.splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith(PREFIX)
+    for fragment in fragments:
+        assert fragment in lines[0], f"{fragment!r} not in {lines[0]!r}"
+    return lines[0]
+
+
+# --------------------------------------------------------------------------- bad input
+BAD_INPUTS = {
+    "unknown task": (["--task", "bogus"], ["'bogus'", "shapes", "pydoc", "cifar10", "textfile"]),
+    "unknown slot": (["--slots", "early", "middle"], ["'middle'", "early mid late"]),
+    "unknown blueprint": (
+        ["--blueprints", "conv_light", "bogus"],
+        ["'bogus'", "conv_light", "bottleneck"],
+    ),
+    "transformer blueprint for cnn": (
+        ["--blueprints", "lora"],
+        ["'lora'", "transformer", "conv_light"],
+    ),
+    "cnn blueprint for transformer": (
+        ["--task", "pydoc", "--blueprints", "conv_heavy"],
+        ["'conv_heavy'", "mlp"],
+    ),
+    "malformed device": (["--device", "gpu0"], ["'gpu0'", "cpu"]),
+    "zero episodes": (["--episodes", "0"], ["--episodes", "0"]),
+    "zero max epochs": (["--max-epochs", "0"], ["--max-epochs", "0"]),
+    "negative max seeds": (["--max-seeds", "-1"], ["--max-seeds", "-1"]),
+    "embedded task with data dir": (["--data-dir", "/some/folder"], ["shapes", "/some/folder"]),
+    "real task without data dir": (["--task", "cifar10"], ["cifar10", "--data-dir", DATA_DIR_ENV]),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_INPUTS))
+def test_bad_input_is_one_line_and_writes_nothing(
+    case: str, workdir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    extra, fragments = BAD_INPUTS[case]
+    run_dir = tmp_path / "run"
+    check_usage_error(capsys, ["heuristic", *extra, "--run-dir", str(run_dir)], *fragments)
+    assert not run_dir.exists()
+    assert tree(workdir) == {}
+
+
+def test_cuda_on_cpu_only_machine(
+    workdir: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    run_dir = tmp_path / "run"
+    line = check_usage_error(
+        capsys, ["heuristic", "--device", "cuda:0", "--run-dir", str(run_dir)], "'cuda:0'", "CUDA"
+    )
+    assert "available devices: cpu" in line
+    assert not run_dir.exists()
+    assert tree(workdir) == {}
+
+
+ARGPARSE_ERRORS = {
+    "unknown flag": (["heuristic", "--bogus-flag"], ["--bogus-flag"]),
+    "missing subcommand": ([], ["required"]),
+    "unknown subcommand": (["grow"], ["'grow'", "heuristic"]),
+    "non-integer episodes": (["heuristic", "--episodes", "two"], ["--episodes", "'two'"]),
+    "non-integer max seeds": (["heuristic", "--max-seeds", "1.5"], ["--max-seeds", "'1.5'"]),
+    "slots without a value": (["heuristic", "--slots"], ["--slots"]),
+}
+
+
+@pytest.mark.parametrize("case", list(ARGPARSE_ERRORS))
+def test_argparse_errors_are_one_line(
+    case: str, workdir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv, fragments = ARGPARSE_ERRORS[case]
+    check_usage_error(capsys, argv, *fragments)
+    assert tree(workdir) == {}
+
+
+def test_cifar10_missing_data_dir(
+    workdir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "no_cifar_here"
+    run_dir = tmp_path / "run"
+    check_usage_error(
+        capsys,
+        ["heuristic", "--task", "cifar10", "--data-dir", str(missing), "--run-dir", str(run_dir)],
+        str(missing),
+    )
+    assert not run_dir.exists()
+    assert tree(workdir) == {}
+
+
+def test_cifar10_missing_dir_from_env(
+    workdir: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    missing = tmp_path / "env_cifar"
+    monkeypatch.setenv(DATA_DIR_ENV, str(missing))
+    run_dir = tmp_path / "run"
+    check_usage_error(
+        capsys, ["heuristic", "--task", "cifar10", "--run-dir", str(run_dir)], str(missing)
+    )
+    assert not run_dir.exists()
+
+
+@pytest.mark.parametrize("broken", ["data_batch_4", CIFAR10_TEST_FILE])
+def test_cifar10_corrupt_file(
+    broken: str, workdir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = write_cifar_folder(tmp_path / "data")
+    (root / broken).write_bytes(b"\x80\x02garbage, not a pickle")
+    before = tree(root)
+    run_dir = tmp_path / "run"
+    check_usage_error(
+        capsys,
+        [
+            "heuristic",
+            "--task",
+            "cifar10",
+            "--data-dir",
+            str(root.parent),
+            "--run-dir",
+            str(run_dir),
+        ],
+        str(root / broken),
+        "corrupt",
+    )
+    assert not run_dir.exists()
+    assert tree(root) == before
+    assert tree(workdir) == {}
+
+
+def test_textfile_missing_path(
+    workdir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "stories"
+    run_dir = tmp_path / "run"
+    check_usage_error(
+        capsys,
+        ["heuristic", "--task", "textfile", "--data-dir", str(missing), "--run-dir", str(run_dir)],
+        str(missing),
+    )
+    assert not run_dir.exists()
+
+
+@pytest.mark.parametrize("existing", ["summary.json", "events.jsonl"])
+def test_existing_run_dir_is_left_alone(
+    existing: str, workdir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_dir = tmp_path / "old_run"
+    run_dir.mkdir()
+    (run_dir / existing).write_text('{"final_val_accuracy": 42.0}\n')
+    before = tree(run_dir)
+    check_usage_error(capsys, ["heuristic", "--run-dir", str(run_dir)], str(run_dir), existing)
+    assert tree(run_dir) == before
+
+
+def test_run_dir_that_is_a_file(
+    workdir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    target = tmp_path / "a_file"
+    target.write_text("keep me")
+    check_usage_error(capsys, ["heuristic", "--run-dir", str(target)], str(target))
+    assert target.read_text() == "keep me"
+
+
+def subprocess_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != DATA_DIR_ENV}
+    env["OMP_NUM_THREADS"] = "1"
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def test_subprocess_bad_input_exit_code_and_no_traceback(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "esper.scripts.train",
+            "heuristic",
+            "--device",
+            "gpu0",
+            "--run-dir",
+            str(run_dir),
+        ],
+        cwd=tmp_path,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith(f"{PREFIX}malformed device 'gpu0'")
+    assert "available devices: cpu" in lines[0]
+    assert result.stdout == ""
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+# --------------------------------------------------------------------------- successful runs
+def read_events(path: Path) -> list[dict]:
+    lines = path.read_text(encoding="utf-8").splitlines()
+    events = [json.loads(line) for line in lines]
+    assert all(isinstance(e, dict) and isinstance(e.get("kind"), str) for e in events)
+    return events
+
+
+def check_summary_shape(summary: dict, task: str) -> None:
+    assert summary["task"] == task
+    assert (
+        isinstance(summary["final_val_accuracy"], float)
+        and 0.0 <= summary["final_val_accuracy"] <= 100.0
+    )
+    assert isinstance(summary["host_params"], int) and summary["host_params"] > 0
+    assert summary["seed_params"] >= 0
+    slots = summary["slots"]
+    assert isinstance(slots, dict)
+    assert list(slots) == ["early", "mid", "late"]
+    for entries in slots.values():
+        assert isinstance(entries, list)
+        for entry in entries:
+            check_seed_entry(entry, "cnn")
+
+
+def check_seed_entry(entry: dict, topology: str) -> None:
+    allowed = {
+        bp for top, bps in PREFERRED_BLUEPRINTS.items() if top.value == topology for bp in bps
+    }
+    assert entry["blueprint"] in allowed
+    history = entry["stage_history"]
+    assert isinstance(history, list) and history
+    for pair in history:
+        assert isinstance(pair, list) and len(pair) == 2
+        epoch, stage = pair
+        assert isinstance(epoch, int) and isinstance(stage, str)
+    epochs = [e for e, _ in history]
+    assert epochs == sorted(epochs)
+    assert history[0][1] == "GERMINATED"
+    assert entry["final_stage"] == history[-1][1]
+
+
+@pytest.mark.slow
+def test_subprocess_heuristic_run_on_default_task(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "esper.scripts.train",
+            "heuristic",
+            "--max-epochs",
+            "3",
+            "--run-dir",
+            str(run_dir),
+        ],
+        cwd=tmp_path,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    assert "esper: error" not in result.stderr
+    out = result.stdout.splitlines()
+    assert out[0].startswith("esper heuristic: task shapes")
+    progress = [line for line in out if line.startswith("[episode 0 epoch")]
+    assert [line.split("]")[0] for line in progress] == [
+        f"[episode 0 epoch {e:>3}" for e in (1, 2, 3)
+    ]
+    assert all("val_acc" in line for line in progress)
+    assert any(line.startswith("final val accuracy") for line in out)
+    assert sorted(p.name for p in run_dir.iterdir()) == ["events.jsonl", "summary.json"]
+
+    summary = json.loads((run_dir / "summary.json").read_text())
+    check_summary_shape(summary, "shapes")
+    assert summary["config"]["max_epochs"] == 3
+
+    events = read_events(run_dir / "events.jsonl")
+    epochs = [e for e in events if e["kind"] == "epoch"]
+    assert [e["epoch"] for e in epochs] == [1, 2, 3]
+    assert all(e["episode"] == 0 for e in epochs)
+    assert epochs[-1]["val_accuracy"] == pytest.approx(summary["final_val_accuracy"])
+    assert events[-1]["kind"] == "episode_end"
+    assert {"early", "mid", "late"} == {s["slot"] for s in epochs[0]["slots"]}
+
+
+def plateau_task(task: TaskSpec) -> TaskSpec:
+    """The tiny shapes task with a frozen host: accuracy plateaus at once, so the heuristic
+    controller germinates as soon as warm-up allows."""
+    return dataclasses.replace(task, host_lr=0.0)
+
+
+def test_in_process_run_records_seeds(
+    shapes_task: TaskSpec,
+    workdir: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(TASKS, "shapes", plateau_task(shapes_task))
+    run_dir = tmp_path / "run"
+    assert main(["heuristic", "--max-epochs", "5", "--run-dir", str(run_dir)]) == 0
+    out, err = capsys.readouterr()
+    assert err == ""
+    assert (
+        sum(line.startswith("[episode 0 epoch") and "val_acc" in line for line in out.splitlines())
+        == 5
+    )
+
+    summary = json.loads((run_dir / "summary.json").read_text())
+    check_summary_shape(summary, "shapes")
+    seeds = [entry for entries in summary["slots"].values() for entry in entries]
+    assert seeds, "a frozen host should plateau and get a seed"
+    assert summary["slots"]["early"], "the first germination goes to the first slot in host order"
+    events = read_events(run_dir / "events.jsonl")
+    germinations = [
+        e for e in events if e["kind"] == "stage_change" and e["target"] == "GERMINATED"
+    ]
+    assert sorted(e["seed_id"] for e in germinations) == sorted(s["seed_id"] for s in seeds)
+    assert tree(workdir) == {}
+
+
+def test_in_process_run_with_no_seed_budget(
+    shapes_task: TaskSpec,
+    workdir: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(TASKS, "shapes", plateau_task(shapes_task))
+    run_dir = tmp_path / "run"
+    assert (
+        main(["heuristic", "--max-epochs", "5", "--max-seeds", "0", "--run-dir", str(run_dir)]) == 0
+    )
+    capsys.readouterr()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["slots"] == {"early": [], "mid": [], "late": []}
+    assert summary["seed_params"] == 0
+    events = read_events(run_dir / "events.jsonl")
+    assert not [e for e in events if e["kind"] == "stage_change"]
+    epochs = [e for e in events if e["kind"] == "epoch"]
+    assert len(epochs) == 5
+    assert all(s["stage"] == "DORMANT" for e in epochs for s in e["slots"])
+
+
+def test_in_process_run_quiet_and_restricted_slots(
+    shapes_task: TaskSpec,
+    workdir: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(TASKS, "shapes", plateau_task(shapes_task))
+    run_dir = tmp_path / "run"
+    assert (
+        main(
+            [
+                "heuristic",
+                "--max-epochs",
+                "5",
+                "--slots",
+                "late",
+                "--quiet",
+                "--run-dir",
+                str(run_dir),
+            ]
+        )
+        == 0
+    )
+    out, _ = capsys.readouterr()
+    assert not [line for line in out.splitlines() if line.startswith("[episode")]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["config"]["slots"] == ["late"]
+    assert summary["slots"]["early"] == [] and summary["slots"]["mid"] == []
+    assert summary["slots"]["late"], "the only enabled slot should get the seed"
+    assert len([e for e in read_events(run_dir / "events.jsonl") if e["kind"] == "epoch"]) == 5

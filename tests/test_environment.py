@@ -1,0 +1,102 @@
+"""The single environment: step phases, determinism, signals per slot, errors."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import make_env, tiny_text_task
+
+from esper.kasmina import GateRefused
+from esper.leyline import Decision, InvalidDecision, LifecycleOp, SeedStage
+
+
+def run(env, decisions):
+    env.reset(7)
+    return [env.step(d) for d in decisions]
+
+
+def test_same_seed_same_trajectory() -> None:
+    decisions = [Decision(LifecycleOp.GERMINATE, "mid", "conv_light"), *[Decision.wait()] * 4]
+    a = [r.signals for r in run(make_env(), decisions)]
+    b = [r.signals for r in run(make_env(), decisions)]
+    assert a == b
+
+
+def test_decision_is_executed_before_the_epoch_and_stamped_with_it() -> None:
+    env = make_env()
+    env.reset(0)
+    result = env.step(Decision(LifecycleOp.GERMINATE, "late", "attention"))
+    assert [(slot, c.target) for slot, c in result.changes] == [
+        ("late", SeedStage.GERMINATED), ("late", SeedStage.TRAINING)]
+    assert env.records[0].stage_history == [(1, "GERMINATED"), (1, "TRAINING")]
+    assert result.signals.slot("late").grad_norm > 0  # it trained during this very epoch
+
+
+def test_each_slot_signal_belongs_to_its_slot() -> None:
+    env = make_env(max_epochs=10)
+    env.reset(0)
+    env.step(Decision(LifecycleOp.GERMINATE, "late", "conv_light"))
+    result = None
+    while env.model.slot("late").stage is not SeedStage.BLENDING:
+        result = env.step(Decision.wait())
+    signals = result.signals
+    early, mid, late = signals.slots
+    assert (early.name, mid.name, late.name) == ("early", "mid", "late")
+    assert late.blueprint == "conv_light" and late.seed_id == "seed-1" and late.param_count > 0
+    assert late.grad_norm is not None and late.stage is SeedStage.BLENDING
+    for empty in (early, mid):
+        assert empty.seed_id is None and empty.param_count == 0 and empty.grad_norm is None
+        assert empty.contribution is None and empty.alpha == 0.0
+    assert signals.seed_params == late.param_count
+
+
+def test_contribution_is_measured_for_blended_seeds() -> None:
+    env = make_env(max_epochs=10)
+    env.reset(0)
+    env.step(Decision(LifecycleOp.GERMINATE, "mid", "conv_heavy"))
+    contributions = []
+    for _ in range(6):
+        s = env.step(Decision.wait()).signals.slot("mid")
+        contributions.append((s.stage, s.contribution))
+    assert any(stage is SeedStage.PROBATIONARY and c is not None for stage, c in contributions)
+    assert all(c is None for stage, c in contributions if stage is SeedStage.TRAINING)
+
+
+def test_invalid_decisions_raise_and_change_nothing() -> None:
+    env = make_env(slots=("early", "mid"), max_seeds=1)
+    env.reset(0)
+    with pytest.raises(InvalidDecision, match="not enabled"):
+        env.step(Decision(LifecycleOp.GERMINATE, "late", "conv_light"))
+    env.epoch = 0
+    env.step(Decision(LifecycleOp.GERMINATE, "early", "conv_light"))
+    with pytest.raises(GateRefused, match="budget"):
+        env.step(Decision(LifecycleOp.GERMINATE, "mid", "conv_light"))
+    assert env.model.slot("mid").stage is SeedStage.DORMANT
+
+
+def test_episode_ends_after_max_epochs() -> None:
+    env = make_env(max_epochs=2)
+    env.reset(0)
+    assert not env.step(Decision.wait()).done
+    assert env.step(Decision.wait()).done
+    with pytest.raises(RuntimeError, match="episode is over"):
+        env.step(Decision.wait())
+
+
+def test_text_task_grows_a_transformer_seed() -> None:
+    env = make_env(tiny_text_task(), max_epochs=4)
+    signals = env.reset(0)
+    assert signals.val_accuracy >= 0
+    result = env.step(Decision(LifecycleOp.GERMINATE, "early", "lora"))
+    assert result.signals.slot("early").stage is SeedStage.TRAINING
+    assert result.signals.slot("early").param_count == 2 * 32 * 8
+
+
+def test_events_are_emitted() -> None:
+    events = []
+    env = make_env()
+    env.emit = events.append
+    env.reset(0)
+    env.step(Decision(LifecycleOp.GERMINATE, "mid", "norm"))
+    kinds = [e.kind for e in events]
+    assert kinds.count("stage_change") == 2 and kinds[-1] == "epoch"
+    assert events[-1].data["slots"][1]["blueprint"] == "norm"

@@ -1,0 +1,94 @@
+"""The heuristic controller: multi-slot germination, fossilize/cull rules, blueprint rotation."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from conftest import make_env
+
+from esper.kasmina import Topology
+from esper.leyline import Decision, LifecycleOp, SeedStage
+from esper.kasmina.lifecycle import StageChange
+from esper.tamiyo import HeuristicConfig, HeuristicController, SlotSignals, TrainingSignals
+from esper.tolaria.episode import run_episode
+
+SLOTS = ("early", "mid", "late")
+
+
+def slot(name: str, stage: SeedStage = SeedStage.DORMANT, contribution: float | None = None, **kw) -> SlotSignals:
+    has = stage not in (SeedStage.DORMANT, SeedStage.EMBARGOED, SeedStage.RESETTING, SeedStage.CULLED)
+    fields = dict(name=name, index=SLOTS.index(name), enabled=True, stage=stage, epochs_in_stage=1,
+                  alpha=0.0, blueprint="conv_light" if has else None, seed_id=f"s-{name}" if has else None,
+                  contribution=contribution, grad_norm=1.0 if has else None, param_count=10 if has else 0)
+    fields.update(kw)
+    return SlotSignals(**fields)
+
+
+def signals(slots, epoch=5, plateau=3, germinated=0, since=10, max_seeds=6) -> TrainingSignals:
+    return TrainingSignals(epoch=epoch, max_epochs=25, train_loss=1.0, train_accuracy=50.0, val_loss=1.0,
+                           val_accuracy=50.0, val_accuracy_delta=0.0, val_loss_delta=0.0, best_val_accuracy=50.0,
+                           plateau_epochs=plateau, host_params=100, seed_params=0, seeds_germinated=germinated,
+                           max_seeds=max_seeds, epochs_since_germination=since, slots=tuple(slots))
+
+
+def controller(**kw) -> HeuristicController:
+    return HeuristicController(Topology.CNN, SLOTS, config=HeuristicConfig(**kw))
+
+
+def test_germinates_into_first_empty_enabled_slot_in_host_order() -> None:
+    c = controller()
+    d = c.decide(signals([slot("early"), slot("mid"), slot("late")]))
+    assert (d.op, d.slot, d.blueprint) == (LifecycleOp.GERMINATE, "early", "conv_light")
+    d = c.decide(signals([slot("early", SeedStage.TRAINING), slot("mid"), slot("late")]))
+    assert (d.op, d.slot, d.blueprint) == (LifecycleOp.GERMINATE, "mid", "conv_heavy")
+    d = c.decide(signals([slot("early", SeedStage.EMBARGOED), slot("mid", SeedStage.FOSSILIZED), slot("late")]))
+    assert d.slot == "late"
+    disabled = dataclasses.replace(slot("early"), enabled=False)
+    assert c.decide(signals([disabled, slot("mid"), slot("late")])).slot == "mid"
+
+
+def test_respects_warmup_plateau_cooldown_and_budget() -> None:
+    c = controller(warmup_epochs=3, plateau_patience=2, germination_cooldown=3)
+    empty = [slot(n) for n in SLOTS]
+    assert c.decide(signals(empty, epoch=2)).op is LifecycleOp.WAIT
+    assert c.decide(signals(empty, plateau=1)).op is LifecycleOp.WAIT
+    assert c.decide(signals(empty, since=2)).op is LifecycleOp.WAIT
+    assert c.decide(signals(empty, germinated=6, max_seeds=6)).op is LifecycleOp.WAIT
+    assert c.decide(signals(empty, max_seeds=0)).op is LifecycleOp.WAIT
+    assert c.decide(signals(empty)).op is LifecycleOp.GERMINATE
+
+
+def test_fossilizes_a_contributing_seed_and_culls_a_harmful_one() -> None:
+    c = controller(fossilize_threshold=0.5, cull_threshold=-0.5)
+    d = c.decide(signals([slot("early", SeedStage.PROBATIONARY, 0.2), slot("mid", SeedStage.PROBATIONARY, 2.0),
+                          slot("late")]))
+    assert (d.op, d.slot) == (LifecycleOp.FOSSILIZE, "mid")
+    d = c.decide(signals([slot("early", SeedStage.BLENDING, -1.0), slot("mid"), slot("late")]))
+    assert (d.op, d.slot) == (LifecycleOp.CULL, "early")
+    d = c.decide(signals([slot("early", SeedStage.TRAINING, grad_norm=float("inf")), slot("mid"), slot("late")],
+                         plateau=0))
+    assert (d.op, d.slot) == (LifecycleOp.CULL, "early")
+
+
+def test_culled_blueprints_are_penalised_in_rotation() -> None:
+    c = controller()
+    empty = [slot(n) for n in SLOTS]
+    first = c.decide(signals(empty))
+    c.observe(first, [])
+    c.observe(Decision.wait(), [("early", StageChange(SeedStage.BLENDING, SeedStage.CULLED, "harmful"))])
+    assert c.penalty["conv_light"] > 0
+    choices = [c.decide(signals(empty)).blueprint for _ in range(2 * len(c.rotation))]
+    assert "conv_light" not in choices  # penalised while every other blueprint is clean
+    assert set(choices) == set(c.rotation) - {"conv_light"}
+    for _ in range(40):  # penalties decay every epoch; the blueprint comes back into rotation
+        c.observe(Decision.wait(), [])
+    assert "conv_light" in [c.decide(signals(empty)).blueprint for _ in range(len(c.rotation))]
+
+
+def test_heuristic_fills_more_than_one_slot_end_to_end() -> None:
+    env = make_env(max_epochs=12)
+    c = HeuristicController(Topology.CNN, SLOTS, config=HeuristicConfig(warmup_epochs=1, plateau_patience=0,
+                                                                        germination_cooldown=1))
+    outcome = run_episode(env, c, seed=0, episode=0)
+    assert len({r.slot for r in outcome.records}) >= 2
+    assert len({r.seed_id for r in outcome.records}) == len(outcome.records)  # ids unique per env
