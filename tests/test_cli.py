@@ -229,6 +229,15 @@ def test_run_dir_that_is_a_file(
     assert target.read_text() == "keep me"
 
 
+def test_run_dir_inside_a_file(
+    workdir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    target = tmp_path / "a_file"
+    target.write_text("keep me")
+    check_usage_error(capsys, ["heuristic", "--run-dir", str(target / "run")], str(target), "not a folder")
+    assert target.read_text() == "keep me"
+
+
 def subprocess_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != DATA_DIR_ENV}
     env["OMP_NUM_THREADS"] = "1"

@@ -198,6 +198,11 @@ def _wrong_row_length(path: Path) -> None:
     write_cifar_batch(path, np.zeros((3, 1000), dtype=np.uint8), [0, 1, 2])
 
 
+def _images_last_layout(path: Path) -> None:
+    """A converted (n, 32, 32, 3) array: the right size, the wrong layout."""
+    write_cifar_batch(path, np.zeros((3, 32, 32, 3), dtype=np.uint8), [0, 1, 2])
+
+
 @pytest.mark.parametrize(
     "corrupt",
     [
@@ -210,6 +215,7 @@ def _wrong_row_length(path: Path) -> None:
         _count_mismatch,
         _no_images,
         _wrong_row_length,
+        _images_last_layout,
     ],
 )
 @pytest.mark.parametrize("name", ["data_batch_2", CIFAR10_TEST_FILE])

@@ -100,3 +100,19 @@ def test_events_are_emitted() -> None:
     kinds = [e.kind for e in events]
     assert kinds.count("stage_change") == 2 and kinds[-1] == "epoch"
     assert events[-1].data["slots"][1]["blueprint"] == "norm"
+
+
+def test_lifecycle_is_identical_with_and_without_telemetry(tmp_path) -> None:
+    """Gates read explicit inputs, never telemetry: a silent env and a logged env agree exactly."""
+    from esper.nissa import JsonlBackend, TelemetryHub
+
+    decisions = [Decision(LifecycleOp.GERMINATE, "early", "conv_light"), *[Decision.wait()] * 5]
+    silent = run(make_env(), decisions)
+    hub = TelemetryHub([JsonlBackend(tmp_path / "events.jsonl")])
+    logged_env = make_env()
+    logged_env.emit = hub.emit
+    logged = run(logged_env, decisions)
+    hub.close()
+    assert [r.signals for r in silent] == [r.signals for r in logged]
+    assert [r.changes for r in silent] == [r.changes for r in logged]
+    assert (tmp_path / "events.jsonl").read_text().count('"kind": "stage_change"') >= 3

@@ -25,6 +25,13 @@ from esper.leyline import (
 from esper.leyline.slots import CANONICAL_SLOT_NAMES, slot_names_for
 
 S = SeedStage
+
+
+def enum_name(member: object) -> str:
+    """Readable test ids: stage and op names instead of their integer values."""
+    return getattr(member, "name", repr(member))
+
+
 ALL_PAIRS = list(itertools.product(S, S))
 ALLOWED = [(a, b) for a, b in ALL_PAIRS if b in TRANSITIONS[a]]
 FORBIDDEN = [(a, b) for a, b in ALL_PAIRS if b not in TRANSITIONS[a]]
@@ -97,7 +104,10 @@ def test_wait_with_slot_or_blueprint_is_invalid(kwargs: dict[str, str]) -> None:
         Decision(LifecycleOp.WAIT, **kwargs)
 
 
-@pytest.mark.parametrize("op", [op for op in LifecycleOp if op is not LifecycleOp.WAIT])
+NON_WAIT_OPS = [op for op in LifecycleOp if op is not LifecycleOp.WAIT]
+
+
+@pytest.mark.parametrize("op", NON_WAIT_OPS, ids=enum_name)
 def test_non_wait_without_slot_is_invalid(op: LifecycleOp) -> None:
     blueprint = "conv" if op is LifecycleOp.GERMINATE else None
     with pytest.raises(InvalidDecision, match=op.name):
@@ -109,7 +119,7 @@ def test_germinate_without_blueprint_is_invalid() -> None:
         Decision(LifecycleOp.GERMINATE, slot="mid")
 
 
-@pytest.mark.parametrize("op", [LifecycleOp.FOSSILIZE, LifecycleOp.CULL])
+@pytest.mark.parametrize("op", [LifecycleOp.FOSSILIZE, LifecycleOp.CULL], ids=enum_name)
 def test_fossilize_or_cull_with_blueprint_is_invalid(op: LifecycleOp) -> None:
     with pytest.raises(InvalidDecision):
         Decision(op, slot="mid", blueprint="conv")

@@ -33,6 +33,13 @@ from esper.leyline import (
 from esper.leyline.constants import GRAD_NORM_EXPLODING, GRAD_NORM_VANISHING
 
 S = SeedStage
+
+
+def enum_name(member: object) -> str:
+    """Readable test ids: stage and op names instead of their integer values."""
+    return getattr(member, "name", repr(member))
+
+
 NAN, INF = math.nan, math.inf
 
 HEALTHY = GateInputs(grad_norm=1.0)
@@ -108,7 +115,7 @@ def test_default_thresholds_are_the_documented_dwell_times() -> None:
     assert t.fossilize_min_contribution == 0.0 and t.probation_cull_contribution == 0.0
 
 
-@pytest.mark.parametrize("schedule", SCHEDULES)
+@pytest.mark.parametrize("schedule", SCHEDULES, ids=enum_name)
 def test_full_path_dormant_to_fossilized_with_default_dwell_times(schedule: BlendSchedule) -> None:
     """G0, G1, then G2 on exactly the 3rd TRAINING epoch, G3 on exactly the 3rd BLENDING epoch,
     G4 after 1 probation epoch; alpha is 0 before blending, schedule(k/3) in the k-th blending
@@ -189,7 +196,7 @@ def test_germinated_waits_for_start_training() -> None:
 
 
 # --------------------------------------------------------------------------- culls and embargo
-@pytest.mark.parametrize("stage", sorted(LIVE_STAGES))
+@pytest.mark.parametrize("stage", sorted(LIVE_STAGES), ids=enum_name)
 def test_cull_from_each_live_stage_then_embargo_then_dormant(stage: SeedStage) -> None:
     """CULLED lasts one tick, EMBARGOED exactly embargo_epochs (2) ticks, RESETTING one tick."""
     lc = drive_to(stage)
@@ -228,7 +235,7 @@ def test_g1_refuses_non_finite_initial_parameters_by_culling() -> None:
     assert lc.stage is S.CULLED and lc.alpha == 0.0
 
 
-@pytest.mark.parametrize("stage", [s for s in S if s is not S.GERMINATED])
+@pytest.mark.parametrize("stage", [s for s in S if s is not S.GERMINATED], ids=enum_name)
 def test_start_training_refused_outside_germinated(stage: SeedStage) -> None:
     lc = drive_to(stage)
     before = snapshot(lc)
@@ -326,7 +333,7 @@ def test_probation_timeout_culls_after_more_than_timeout_epochs() -> None:
     assert "timeout" in changes[0].reason
 
 
-@pytest.mark.parametrize("stage", sorted(LIVE_STAGES))
+@pytest.mark.parametrize("stage", sorted(LIVE_STAGES), ids=enum_name)
 def test_non_finite_auto_culls_every_live_stage(stage: SeedStage) -> None:
     """Non-finite wins over every other rule, even on an epoch where a gate would pass."""
     t = GateThresholds(min_training_epochs=1, blend_epochs=1)
@@ -336,7 +343,7 @@ def test_non_finite_auto_culls_every_live_stage(stage: SeedStage) -> None:
     assert "non-finite" in changes[0].reason
 
 
-@pytest.mark.parametrize("stage", NON_LIVE_STAGES)
+@pytest.mark.parametrize("stage", NON_LIVE_STAGES, ids=enum_name)
 def test_non_finite_inputs_ignored_outside_live_stages(stage: SeedStage) -> None:
     lc = drive_to(stage)
     expected = {
@@ -383,7 +390,7 @@ def test_fossilize_threshold_is_strict() -> None:
     assert lc.fossilize(2.001).target is S.FOSSILIZED
 
 
-@pytest.mark.parametrize("stage", [s for s in S if s is not S.PROBATIONARY])
+@pytest.mark.parametrize("stage", [s for s in S if s is not S.PROBATIONARY], ids=enum_name)
 def test_fossilize_refused_outside_probationary(stage: SeedStage) -> None:
     lc = drive_to(stage)
     before = snapshot(lc)
@@ -392,7 +399,7 @@ def test_fossilize_refused_outside_probationary(stage: SeedStage) -> None:
     assert snapshot(lc) == before
 
 
-@pytest.mark.parametrize("stage", [s for s in S if s is not S.DORMANT])
+@pytest.mark.parametrize("stage", [s for s in S if s is not S.DORMANT], ids=enum_name)
 def test_germinate_refused_when_not_dormant(stage: SeedStage) -> None:
     """A refused germinate changes nothing, not even the stored blend schedule."""
     lc = drive_to(stage, schedule=BlendSchedule.LINEAR)
@@ -403,7 +410,7 @@ def test_germinate_refused_when_not_dormant(stage: SeedStage) -> None:
     assert snapshot(lc) == before
 
 
-@pytest.mark.parametrize("stage", NON_LIVE_STAGES)
+@pytest.mark.parametrize("stage", NON_LIVE_STAGES, ids=enum_name)
 def test_cull_refused_when_nothing_live(stage: SeedStage) -> None:
     lc = drive_to(stage)
     before = snapshot(lc)
@@ -432,7 +439,7 @@ def test_fossilized_is_terminal() -> None:
 
 
 # --------------------------------------------------------------------------- persistence
-@pytest.mark.parametrize("stage", list(S))
+@pytest.mark.parametrize("stage", list(S), ids=enum_name)
 def test_state_dict_is_plain_ints_and_round_trips(stage: SeedStage) -> None:
     lc = drive_to(stage, schedule=BlendSchedule.SIGMOID)
     lc.epochs_in_stage = 0 if stage in (S.CULLED, S.RESETTING) else 1
@@ -708,13 +715,13 @@ def test_gate_thresholds_are_frozen() -> None:
 
 
 # --------------------------------------------------------------------------- blend_alpha
-@pytest.mark.parametrize("schedule", SCHEDULES)
+@pytest.mark.parametrize("schedule", SCHEDULES, ids=enum_name)
 def test_blend_alpha_is_exactly_zero_at_start_and_one_at_end(schedule: BlendSchedule) -> None:
     assert blend_alpha(schedule, 0.0) == 0.0
     assert blend_alpha(schedule, 1.0) == 1.0
 
 
-@pytest.mark.parametrize("schedule", SCHEDULES)
+@pytest.mark.parametrize("schedule", SCHEDULES, ids=enum_name)
 @pytest.mark.parametrize(
     ("progress", "expected"),
     [(-0.5, 0.0), (-1e9, 0.0), (-INF, 0.0), (1.5, 1.0), (1e9, 1.0), (INF, 1.0)],

@@ -6,6 +6,7 @@ Every bad input ends in one line on stderr and exit code 2, before anything is w
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -85,6 +86,20 @@ def _positive(name: str, value: int, minimum: int) -> None:
         raise UsageError(f"{name} must be >= {minimum}, got {value}")
 
 
+def check_run_dir(run_dir: Path) -> None:
+    """The run directory must be creatable and must not already hold a run (nothing is overwritten)."""
+    existing = [name for name in RUN_FILES if (run_dir / name).exists()]
+    if existing:
+        raise UsageError(f"run directory {str(run_dir)!r} already holds a run ({', '.join(existing)}); choose a new --run-dir")
+    ancestor = run_dir
+    while not ancestor.exists():
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise UsageError(f"--run-dir {str(run_dir)!r} cannot be created: {str(ancestor)!r} is not a folder")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise UsageError(f"--run-dir {str(run_dir)!r} cannot be created: {str(ancestor)!r} is not writable")
+
+
 def resolve_heuristic(args: argparse.Namespace) -> HeuristicRun:
     """Validate every argument and load the data, raising `UsageError` on the first problem."""
     try:
@@ -112,11 +127,7 @@ def resolve_heuristic(args: argparse.Namespace) -> HeuristicRun:
     else:
         blueprints = PREFERRED_BLUEPRINTS.get(task.topology, blueprint_names(task.topology))
     run_dir = Path(args.run_dir) if args.run_dir else Path("runs") / f"{time.strftime('%Y%m%d-%H%M%S')}-heuristic-{task.name}"
-    existing = [name for name in RUN_FILES if (run_dir / name).exists()]
-    if existing:
-        raise UsageError(f"run directory {str(run_dir)!r} already holds a run ({', '.join(existing)}); choose a new --run-dir")
-    if run_dir.exists() and not run_dir.is_dir():
-        raise UsageError(f"--run-dir {str(run_dir)!r} exists and is not a folder")
+    check_run_dir(run_dir)
     try:
         data = task.load_data(task.resolve_data_dir(args.data_dir))
     except DatasetError as exc:

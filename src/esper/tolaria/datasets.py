@@ -246,6 +246,9 @@ def _read_cifar_batch(path: Path) -> tuple[torch.Tensor, torch.Tensor]:
         with path.open("rb") as f:
             entry = pickle.load(f, encoding="bytes")
         data, labels = entry[b"data"], entry[b"labels"]
+        if getattr(data, "ndim", None) != 2 or data.shape[1] != 3 * 32 * 32:
+            raise DatasetError(f"CIFAR-10 file {str(path)!r} is corrupt: data has shape {getattr(data, 'shape', None)}, "
+                               "expected (n, 3072) rows of channel-first 32x32 RGB")
         images = torch.as_tensor(data, dtype=torch.uint8).reshape(-1, 3, 32, 32)
         targets = torch.as_tensor(labels, dtype=torch.int64)
     except DatasetError:

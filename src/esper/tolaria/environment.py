@@ -5,7 +5,8 @@
 1. execute the decision on the current state (the same state the controller observed, so a
    decision allowed by that state's masks is always executable; gates read the inputs that were
    measured at the end of the previous step);
-2. train one epoch (host optimizer plus one optimizer per seed);
+2. train one epoch (host optimizer plus one optimizer per seed, all on the episode's cosine
+   learning-rate schedule);
 3. one fused validation pass with every blended seed's counterfactual;
 4. the governor judges the losses, and on a panic restores the last healthy snapshot;
 5. tick every slot's lifecycle with this epoch's gate inputs, then snapshot the healthy state;
@@ -86,6 +87,16 @@ class StepResult:
     panic: str | None
     """The governor's reason when this step was rolled back, else None."""
     done: bool
+
+
+def cosine_lr_factor(epoch: int, max_epochs: int) -> float:
+    """Learning-rate multiplier for 1-based `epoch`: 1 at the first epoch, decaying on a half cosine.
+
+    Every optimizer of the env (host and seeds alike) follows the episode's clock, so a seed
+    germinated late trains at the same, lower rate as the host around it, and the final
+    accuracy of an episode is not the noise of a large last step.
+    """
+    return 0.5 * (1.0 + math.cos(math.pi * (epoch - 1) / max_epochs))
 
 
 @contextlib.contextmanager
@@ -199,6 +210,10 @@ class MorphogeneticEnv:
 
     def _train_epoch(self) -> TrainStats:
         assert self.model is not None
+        factor = cosine_lr_factor(self.epoch, self.config.max_epochs)
+        for opt in (self.host_optimizer, *self.seed_optimizers.values()):
+            for group in opt.param_groups:
+                group["lr"] = group["base_lr"] * factor
         batches = self.data.train_batches(self.config.task.batch_size, self._rng)
         return train_epoch(self.model, batches, [self.host_optimizer, *self.seed_optimizers.values()])
 
@@ -263,7 +278,10 @@ class MorphogeneticEnv:
 
     # ----------------------------------------------------------------- helpers
     def _make_optimizer(self, params, lr: float) -> torch.optim.Optimizer:
-        return torch.optim.AdamW(params, lr=lr, weight_decay=self.config.task.weight_decay)
+        opt = torch.optim.AdamW(params, lr=lr, weight_decay=self.config.task.weight_decay)
+        for group in opt.param_groups:
+            group["base_lr"] = lr
+        return opt
 
     def _optimizer_states(self) -> dict[str, dict]:
         states = {"host": self.host_optimizer.state_dict()}
