@@ -41,17 +41,21 @@ def main() -> None:
             results[arm].append(round(outcome.final_val_accuracy, 2))
             if arm == "grown":
                 seed_counts.append(sum(r.final_stage == "FOSSILIZED" for r in outcome.records))
-    print(json.dumps({
-        "task": task.name,
-        "epochs": epochs,
-        "seeds": list(range(args.seeds)),
-        "grown_mean": round(statistics.fmean(results["grown"]), 3),
-        "static_mean": round(statistics.fmean(results["static"]), 3),
-        "grown": results["grown"],
-        "static": results["static"],
-        "fossilized_per_episode": seed_counts,
-        "seconds": round(time.perf_counter() - start, 1),
-    }))
+    print(
+        json.dumps(
+            {
+                "task": task.name,
+                "epochs": epochs,
+                "seeds": list(range(args.seeds)),
+                "grown_mean": round(statistics.fmean(results["grown"]), 3),
+                "static_mean": round(statistics.fmean(results["static"]), 3),
+                "grown": results["grown"],
+                "static": results["static"],
+                "fossilized_per_episode": seed_counts,
+                "seconds": round(time.perf_counter() - start, 1),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -74,30 +74,39 @@ def main() -> None:
     bare_host = copy.deepcopy(model.host)
     model_opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     host_opt = torch.optim.AdamW(bare_host.parameters(), lr=1e-4)
-    dormant = median_ratio(lambda: train_pass(model, train_batches, model_opt),
-                           lambda: train_pass(bare_host, train_batches, host_opt), args.repeats)
+    dormant = median_ratio(
+        lambda: train_pass(model, train_batches, model_opt),
+        lambda: train_pass(bare_host, train_batches, host_opt),
+        args.repeats,
+    )
 
     for slot in model.ordered_slots():
         slot.germinate(args.blueprint, f"seed-{slot.slot_id.name}", BlendSchedule.LINEAR)
         while slot.stage is not SeedStage.PROBATIONARY:
             slot.tick(GateInputs(contribution=1.0, grad_norm=1.0))
     names = model.blended_slots()
+
     def plain():
         return validate(model, val_batches, ())
+
     fused = median_ratio(lambda: validate(model, val_batches, names), plain, args.repeats)
     naive = median_ratio(lambda: naive_counterfactual(model, val_batches, names), plain, args.repeats)
-    print(json.dumps({
-        "task": task.name,
-        "blueprint": args.blueprint,
-        "blended_seeds": len(names),
-        "dormant_slot_overhead": round(dormant, 4),
-        "counterfactual_cost_ratio": round(fused, 3),
-        "naive_counterfactual_ratio": round(naive, 3),
-        "fused_over_naive": round(fused / naive, 3),
-        "repeats": args.repeats,
-        "threads": torch.get_num_threads(),
-        "torch": torch.__version__,
-    }))
+    print(
+        json.dumps(
+            {
+                "task": task.name,
+                "blueprint": args.blueprint,
+                "blended_seeds": len(names),
+                "dormant_slot_overhead": round(dormant, 4),
+                "counterfactual_cost_ratio": round(fused, 3),
+                "naive_counterfactual_ratio": round(naive, 3),
+                "fused_over_naive": round(fused / naive, 3),
+                "repeats": args.repeats,
+                "threads": torch.get_num_threads(),
+                "torch": torch.__version__,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

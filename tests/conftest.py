@@ -36,11 +36,17 @@ def tiny_text_task() -> TaskSpec:
     )
 
 
-def make_env(task: TaskSpec | None = None, max_epochs: int = 6, max_seeds: int = 6,
-             slots: tuple[str, ...] = ("early", "mid", "late"), **kwargs) -> MorphogeneticEnv:
+def make_env(
+    task: TaskSpec | None = None,
+    max_epochs: int = 6,
+    max_seeds: int = 6,
+    slots: tuple[str, ...] = ("early", "mid", "late"),
+    **kwargs,
+) -> MorphogeneticEnv:
     task = task or tiny_shapes_task()
-    config = EnvConfig(task=task, device=torch.device("cpu"), max_epochs=max_epochs,
-                       enabled_slots=slots, max_seeds=max_seeds, **kwargs)
+    config = EnvConfig(
+        task=task, device=torch.device("cpu"), max_epochs=max_epochs, enabled_slots=slots, max_seeds=max_seeds, **kwargs
+    )
     return MorphogeneticEnv(config, task.load_data(None))
 
 

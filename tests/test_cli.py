@@ -38,10 +38,7 @@ def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
 
 
 def tree(root: Path) -> dict[str, bytes]:
-    return {
-        str(p.relative_to(root)): p.read_bytes() if p.is_file() else b"<dir>"
-        for p in sorted(root.rglob("*"))
-    }
+    return {str(p.relative_to(root)): p.read_bytes() if p.is_file() else b"<dir>" for p in sorted(root.rglob("*"))}
 
 
 def write_cifar_folder(parent: Path) -> Path:
@@ -112,9 +109,7 @@ def test_cuda_on_cpu_only_machine(
 ) -> None:
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     run_dir = tmp_path / "run"
-    line = check_usage_error(
-        capsys, ["heuristic", "--device", "cuda:0", "--run-dir", str(run_dir)], "'cuda:0'", "CUDA"
-    )
+    line = check_usage_error(capsys, ["heuristic", "--device", "cuda:0", "--run-dir", str(run_dir)], "'cuda:0'", "CUDA")
     assert "available devices: cpu" in line
     assert not run_dir.exists()
     assert tree(workdir) == {}
@@ -131,17 +126,13 @@ ARGPARSE_ERRORS = {
 
 
 @pytest.mark.parametrize("case", list(ARGPARSE_ERRORS))
-def test_argparse_errors_are_one_line(
-    case: str, workdir: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_argparse_errors_are_one_line(case: str, workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     argv, fragments = ARGPARSE_ERRORS[case]
     check_usage_error(capsys, argv, *fragments)
     assert tree(workdir) == {}
 
 
-def test_cifar10_missing_data_dir(
-    workdir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_cifar10_missing_data_dir(workdir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     missing = tmp_path / "no_cifar_here"
     run_dir = tmp_path / "run"
     check_usage_error(
@@ -162,16 +153,12 @@ def test_cifar10_missing_dir_from_env(
     missing = tmp_path / "env_cifar"
     monkeypatch.setenv(DATA_DIR_ENV, str(missing))
     run_dir = tmp_path / "run"
-    check_usage_error(
-        capsys, ["heuristic", "--task", "cifar10", "--run-dir", str(run_dir)], str(missing)
-    )
+    check_usage_error(capsys, ["heuristic", "--task", "cifar10", "--run-dir", str(run_dir)], str(missing))
     assert not run_dir.exists()
 
 
 @pytest.mark.parametrize("broken", ["data_batch_4", CIFAR10_TEST_FILE])
-def test_cifar10_corrupt_file(
-    broken: str, workdir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_cifar10_corrupt_file(broken: str, workdir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = write_cifar_folder(tmp_path / "data")
     (root / broken).write_bytes(b"\x80\x02garbage, not a pickle")
     before = tree(root)
@@ -195,9 +182,7 @@ def test_cifar10_corrupt_file(
     assert tree(workdir) == {}
 
 
-def test_textfile_missing_path(
-    workdir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_textfile_missing_path(workdir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     missing = tmp_path / "stories"
     run_dir = tmp_path / "run"
     check_usage_error(
@@ -220,18 +205,14 @@ def test_existing_run_dir_is_left_alone(
     assert tree(run_dir) == before
 
 
-def test_run_dir_that_is_a_file(
-    workdir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_run_dir_that_is_a_file(workdir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     target = tmp_path / "a_file"
     target.write_text("keep me")
     check_usage_error(capsys, ["heuristic", "--run-dir", str(target)], str(target))
     assert target.read_text() == "keep me"
 
 
-def test_run_dir_inside_a_file(
-    workdir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_run_dir_inside_a_file(workdir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     target = tmp_path / "a_file"
     target.write_text("keep me")
     check_usage_error(capsys, ["heuristic", "--run-dir", str(target / "run")], str(target), "not a folder")
@@ -284,10 +265,7 @@ def read_events(path: Path) -> list[dict]:
 
 def check_summary_shape(summary: dict, task: str) -> None:
     assert summary["task"] == task
-    assert (
-        isinstance(summary["final_val_accuracy"], float)
-        and 0.0 <= summary["final_val_accuracy"] <= 100.0
-    )
+    assert isinstance(summary["final_val_accuracy"], float) and 0.0 <= summary["final_val_accuracy"] <= 100.0
     assert isinstance(summary["host_params"], int) and summary["host_params"] > 0
     assert summary["seed_params"] >= 0
     slots = summary["slots"]
@@ -300,9 +278,7 @@ def check_summary_shape(summary: dict, task: str) -> None:
 
 
 def check_seed_entry(entry: dict, topology: str) -> None:
-    allowed = {
-        bp for top, bps in PREFERRED_BLUEPRINTS.items() if top.value == topology for bp in bps
-    }
+    allowed = {bp for top, bps in PREFERRED_BLUEPRINTS.items() if top.value == topology for bp in bps}
     assert entry["blueprint"] in allowed
     history = entry["stage_history"]
     assert isinstance(history, list) and history
@@ -342,9 +318,7 @@ def test_subprocess_heuristic_run_on_default_task(tmp_path: Path) -> None:
     out = result.stdout.splitlines()
     assert out[0].startswith("esper heuristic: task shapes")
     progress = [line for line in out if line.startswith("[episode 0 epoch")]
-    assert [line.split("]")[0] for line in progress] == [
-        f"[episode 0 epoch {e:>3}" for e in (1, 2, 3)
-    ]
+    assert [line.split("]")[0] for line in progress] == [f"[episode 0 epoch {e:>3}" for e in (1, 2, 3)]
     assert all("val_acc" in line for line in progress)
     assert any(line.startswith("final val accuracy") for line in out)
     assert sorted(p.name for p in run_dir.iterdir()) == ["events.jsonl", "summary.json"]
@@ -380,10 +354,7 @@ def test_in_process_run_records_seeds(
     assert main(["heuristic", "--max-epochs", "5", "--run-dir", str(run_dir)]) == 0
     out, err = capsys.readouterr()
     assert err == ""
-    assert (
-        sum(line.startswith("[episode 0 epoch") and "val_acc" in line for line in out.splitlines())
-        == 5
-    )
+    assert sum(line.startswith("[episode 0 epoch") and "val_acc" in line for line in out.splitlines()) == 5
 
     summary = json.loads((run_dir / "summary.json").read_text())
     check_summary_shape(summary, "shapes")
@@ -391,9 +362,7 @@ def test_in_process_run_records_seeds(
     assert seeds, "a frozen host should plateau and get a seed"
     assert summary["slots"]["early"], "the first germination goes to the first slot in host order"
     events = read_events(run_dir / "events.jsonl")
-    germinations = [
-        e for e in events if e["kind"] == "stage_change" and e["target"] == "GERMINATED"
-    ]
+    germinations = [e for e in events if e["kind"] == "stage_change" and e["target"] == "GERMINATED"]
     assert sorted(e["seed_id"] for e in germinations) == sorted(s["seed_id"] for s in seeds)
     assert tree(workdir) == {}
 
@@ -407,9 +376,7 @@ def test_in_process_run_with_no_seed_budget(
 ) -> None:
     monkeypatch.setitem(TASKS, "shapes", plateau_task(shapes_task))
     run_dir = tmp_path / "run"
-    assert (
-        main(["heuristic", "--max-epochs", "5", "--max-seeds", "0", "--run-dir", str(run_dir)]) == 0
-    )
+    assert main(["heuristic", "--max-epochs", "5", "--max-seeds", "0", "--run-dir", str(run_dir)]) == 0
     capsys.readouterr()
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["slots"] == {"early": [], "mid": [], "late": []}

@@ -125,12 +125,8 @@ def test_cifar10_pixels_are_a_per_channel_affine_map_of_the_file(cifar_root: Pat
         torch.testing.assert_close(a * r + b, z, atol=1e-4, rtol=0)
     # the training images are standardised per channel
     train = data.train_x.double()
-    torch.testing.assert_close(
-        train.mean(dim=(0, 2, 3)), torch.zeros(3, dtype=torch.float64), atol=1e-5, rtol=0
-    )
-    torch.testing.assert_close(
-        train.std(dim=(0, 2, 3)), torch.ones(3, dtype=torch.float64), atol=1e-4, rtol=0
-    )
+    torch.testing.assert_close(train.mean(dim=(0, 2, 3)), torch.zeros(3, dtype=torch.float64), atol=1e-5, rtol=0)
+    torch.testing.assert_close(train.std(dim=(0, 2, 3)), torch.ones(3, dtype=torch.float64), atol=1e-4, rtol=0)
 
 
 def test_cifar10_missing_folder(tmp_path: Path) -> None:
@@ -364,9 +360,7 @@ def test_token_train_batches_are_shifted_windows_of_the_corpus() -> None:
         assert x.shape == y.shape == (16, 8)
         assert x.dtype == torch.int64 and y.dtype == torch.int64
         starts = x[:, 0]
-        assert torch.equal(
-            x, starts[:, None] + torch.arange(8)
-        )  # a contiguous window of the corpus
+        assert torch.equal(x, starts[:, None] + torch.arange(8))  # a contiguous window of the corpus
         assert torch.equal(y, x + 1)  # next-token targets
         assert int(starts.min()) >= 0 and int(y.max()) <= 499  # inside the corpus
 
@@ -376,9 +370,7 @@ def test_token_train_batches_deterministic_given_generator() -> None:
     a = list(data.train_batches(8, torch.Generator().manual_seed(5)))
     b = list(data.train_batches(8, torch.Generator().manual_seed(5)))
     c = list(data.train_batches(8, torch.Generator().manual_seed(6)))
-    assert all(
-        torch.equal(xa, xb) and torch.equal(ya, yb) for (xa, ya), (xb, yb) in zip(a, b, strict=True)
-    )
+    assert all(torch.equal(xa, xb) and torch.equal(ya, yb) for (xa, ya), (xb, yb) in zip(a, b, strict=True))
     assert not all(torch.equal(xa, xc) for (xa, _), (xc, _) in zip(a, c, strict=True))
 
 
@@ -403,15 +395,10 @@ def test_token_val_batches_consecutive_and_deterministic() -> None:
     n = (300 - 1) // 8
     assert xs.shape == ys.shape == (n, 8)
     assert [x.shape[0] for x, _ in batches] == [10, 10, 10, n - 30]
-    assert torch.equal(
-        xs.flatten(), torch.arange(n * 8)
-    )  # non-overlapping, from the start, in order
+    assert torch.equal(xs.flatten(), torch.arange(n * 8))  # non-overlapping, from the start, in order
     assert torch.equal(ys, xs + 1)
     again = list(data.val_batches(10))
-    assert all(
-        torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
-        for a, b in zip(batches, again, strict=True)
-    )
+    assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(batches, again, strict=True))
 
 
 def test_token_val_batches_capped_by_max_val_windows() -> None:
@@ -441,9 +428,7 @@ def test_shapes_every_class_and_shape(size: int) -> None:
 
 
 # --------------------------------------------------------------------------- ImageData batching
-def indexed_images(
-    n: int, augment: bool = False, samples_per_epoch: int | None = None
-) -> ImageData:
+def indexed_images(n: int, augment: bool = False, samples_per_epoch: int | None = None) -> ImageData:
     """Image i is filled with the value i and labelled i, so a batch says which images it holds."""
     x = torch.arange(n, dtype=torch.float32)[:, None, None, None].expand(n, 3, 8, 8).clone()
     y = torch.arange(n)
@@ -490,9 +475,7 @@ def test_image_train_batches_deterministic_given_generator() -> None:
     data = indexed_images(60, augment=True, samples_per_epoch=40)
     run = lambda seed: list(data.train_batches(8, torch.Generator().manual_seed(seed)))  # noqa: E731
     a, b, c = run(7), run(7), run(8)
-    assert all(
-        torch.equal(xa, xb) and torch.equal(ya, yb) for (xa, ya), (xb, yb) in zip(a, b, strict=True)
-    )
+    assert all(torch.equal(xa, xb) and torch.equal(ya, yb) for (xa, ya), (xb, yb) in zip(a, b, strict=True))
     assert not all(torch.equal(ya, yc) for (_, ya), (_, yc) in zip(a, c, strict=True))
 
 
@@ -509,11 +492,7 @@ def test_image_val_batches_cover_validation_in_order() -> None:
 def crops_of(image: torch.Tensor, pad: int) -> list[torch.Tensor]:
     _, h, w = image.shape
     padded = torch.nn.functional.pad(image, (pad, pad, pad, pad))
-    return [
-        padded[:, dy : dy + h, dx : dx + w]
-        for dy in range(2 * pad + 1)
-        for dx in range(2 * pad + 1)
-    ]
+    return [padded[:, dy : dy + h, dx : dx + w] for dy in range(2 * pad + 1) for dx in range(2 * pad + 1)]
 
 
 def test_random_crop_flip_outputs_are_crops_or_flipped_crops() -> None:

@@ -37,9 +37,7 @@ def test_cpu_on_this_machine() -> None:
 
 
 @pytest.mark.usefixtures("cpu_only")
-@pytest.mark.parametrize(
-    "spec", ["gpu0", "cuda:x", "", "CUDA", "cuda:0:1", " cpu", "cuda:-1", "gpu"]
-)
+@pytest.mark.parametrize("spec", ["gpu0", "cuda:x", "", "CUDA", "cuda:0:1", " cpu", "cuda:-1", "gpu"])
 def test_malformed(spec: str) -> None:
     with pytest.raises(DeviceError) as info:
         resolve_device(spec)

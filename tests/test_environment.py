@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from conftest import make_env, tiny_text_task
 
+from conftest import make_env, tiny_text_task
 from esper.kasmina import GateRefused
 from esper.leyline import Decision, InvalidDecision, LifecycleOp, SeedStage
 
@@ -26,7 +26,9 @@ def test_decision_is_executed_before_the_epoch_and_stamped_with_it() -> None:
     env.reset(0)
     result = env.step(Decision(LifecycleOp.GERMINATE, "late", "attention"))
     assert [(slot, c.target) for slot, c in result.changes] == [
-        ("late", SeedStage.GERMINATED), ("late", SeedStage.TRAINING)]
+        ("late", SeedStage.GERMINATED),
+        ("late", SeedStage.TRAINING),
+    ]
     assert env.records[0].stage_history == [(1, "GERMINATED"), (1, "TRAINING")]
     assert result.signals.slot("late").grad_norm > 0  # it trained during this very epoch
 

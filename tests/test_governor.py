@@ -6,8 +6,8 @@ import math
 
 import pytest
 import torch
-from conftest import make_env
 
+from conftest import make_env
 from esper.leyline import Decision, GateThresholds, LifecycleOp, SeedStage
 from esper.tolaria import Governor, GovernorConfig
 from esper.tolaria.environment import ROLLED_BACK, MorphogeneticEnv

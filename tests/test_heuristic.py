@@ -5,10 +5,9 @@ from __future__ import annotations
 import dataclasses
 
 from conftest import make_env
-
 from esper.kasmina import Topology
-from esper.leyline import Decision, LifecycleOp, SeedStage
 from esper.kasmina.lifecycle import StageChange
+from esper.leyline import Decision, LifecycleOp, SeedStage
 from esper.tamiyo import HeuristicConfig, HeuristicController, SlotSignals, TrainingSignals
 from esper.tolaria.episode import run_episode
 
@@ -17,18 +16,42 @@ SLOTS = ("early", "mid", "late")
 
 def slot(name: str, stage: SeedStage = SeedStage.DORMANT, contribution: float | None = None, **kw) -> SlotSignals:
     has = stage not in (SeedStage.DORMANT, SeedStage.EMBARGOED, SeedStage.RESETTING, SeedStage.CULLED)
-    fields = dict(name=name, index=SLOTS.index(name), enabled=True, stage=stage, epochs_in_stage=1,
-                  alpha=0.0, blueprint="conv_light" if has else None, seed_id=f"s-{name}" if has else None,
-                  contribution=contribution, grad_norm=1.0 if has else None, param_count=10 if has else 0)
+    fields = dict(
+        name=name,
+        index=SLOTS.index(name),
+        enabled=True,
+        stage=stage,
+        epochs_in_stage=1,
+        alpha=0.0,
+        blueprint="conv_light" if has else None,
+        seed_id=f"s-{name}" if has else None,
+        contribution=contribution,
+        grad_norm=1.0 if has else None,
+        param_count=10 if has else 0,
+    )
     fields.update(kw)
     return SlotSignals(**fields)
 
 
 def signals(slots, epoch=5, plateau=3, germinated=0, since=10, max_seeds=6) -> TrainingSignals:
-    return TrainingSignals(epoch=epoch, max_epochs=25, train_loss=1.0, train_accuracy=50.0, val_loss=1.0,
-                           val_accuracy=50.0, val_accuracy_delta=0.0, val_loss_delta=0.0, best_val_accuracy=50.0,
-                           plateau_epochs=plateau, host_params=100, seed_params=0, seeds_germinated=germinated,
-                           max_seeds=max_seeds, epochs_since_germination=since, slots=tuple(slots))
+    return TrainingSignals(
+        epoch=epoch,
+        max_epochs=25,
+        train_loss=1.0,
+        train_accuracy=50.0,
+        val_loss=1.0,
+        val_accuracy=50.0,
+        val_accuracy_delta=0.0,
+        val_loss_delta=0.0,
+        best_val_accuracy=50.0,
+        plateau_epochs=plateau,
+        host_params=100,
+        seed_params=0,
+        seeds_germinated=germinated,
+        max_seeds=max_seeds,
+        epochs_since_germination=since,
+        slots=tuple(slots),
+    )
 
 
 def controller(**kw) -> HeuristicController:
@@ -60,13 +83,15 @@ def test_respects_warmup_plateau_cooldown_and_budget() -> None:
 
 def test_fossilizes_a_contributing_seed_and_culls_a_harmful_one() -> None:
     c = controller(fossilize_threshold=0.5, cull_threshold=-0.5)
-    d = c.decide(signals([slot("early", SeedStage.PROBATIONARY, 0.2), slot("mid", SeedStage.PROBATIONARY, 2.0),
-                          slot("late")]))
+    d = c.decide(
+        signals([slot("early", SeedStage.PROBATIONARY, 0.2), slot("mid", SeedStage.PROBATIONARY, 2.0), slot("late")])
+    )
     assert (d.op, d.slot) == (LifecycleOp.FOSSILIZE, "mid")
     d = c.decide(signals([slot("early", SeedStage.BLENDING, -1.0), slot("mid"), slot("late")]))
     assert (d.op, d.slot) == (LifecycleOp.CULL, "early")
-    d = c.decide(signals([slot("early", SeedStage.TRAINING, grad_norm=float("inf")), slot("mid"), slot("late")],
-                         plateau=0))
+    d = c.decide(
+        signals([slot("early", SeedStage.TRAINING, grad_norm=float("inf")), slot("mid"), slot("late")], plateau=0)
+    )
     assert (d.op, d.slot) == (LifecycleOp.CULL, "early")
 
 
@@ -87,8 +112,9 @@ def test_culled_blueprints_are_penalised_in_rotation() -> None:
 
 def test_heuristic_fills_more_than_one_slot_end_to_end() -> None:
     env = make_env(max_epochs=12)
-    c = HeuristicController(Topology.CNN, SLOTS, config=HeuristicConfig(warmup_epochs=1, plateau_patience=0,
-                                                                        germination_cooldown=1))
+    c = HeuristicController(
+        Topology.CNN, SLOTS, config=HeuristicConfig(warmup_epochs=1, plateau_patience=0, germination_cooldown=1)
+    )
     outcome = run_episode(env, c, seed=0, episode=0)
     assert len({r.slot for r in outcome.records}) >= 2
     assert len({r.seed_id for r in outcome.records}) == len(outcome.records)  # ids unique per env

@@ -206,9 +206,7 @@ def host_slots(n: int) -> tuple[SlotId, ...]:
 
 @settings(max_examples=100)
 @given(data=st.data(), n=st.integers(1, 8))
-def test_parse_slots_returns_host_order_whatever_the_request_order(
-    data: st.DataObject, n: int
-) -> None:
+def test_parse_slots_returns_host_order_whatever_the_request_order(data: st.DataObject, n: int) -> None:
     available = host_slots(n)
     names = [s.name for s in available]
     order = data.draw(st.permutations(names))

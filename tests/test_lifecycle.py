@@ -470,7 +470,17 @@ def valid_thresholds(draw: st.DrawFn, small: bool = False) -> GateThresholds:
 
 
 HOSTILE_VALUES: list[float | None] = [
-    None, 0.0, -0.0, -1.0, 1e-8, GRAD_NORM_VANISHING, GRAD_NORM_EXPLODING, 5e3, NAN, INF, -INF
+    None,
+    0.0,
+    -0.0,
+    -1.0,
+    1e-8,
+    GRAD_NORM_VANISHING,
+    GRAD_NORM_EXPLODING,
+    5e3,
+    NAN,
+    INF,
+    -INF,
 ]
 PLAUSIBLE_VALUES: list[float] = [0.5, 1.0, 2.0, 3.0, 10.0]
 OP_WEIGHTS = {"germinate": 8, "start_training": 10, "fossilize": 15, "cull": 2, "tick": 65}
@@ -614,9 +624,7 @@ def test_random_operation_sequences_keep_the_lifecycle_consistent(
 
 @settings(max_examples=60, deadline=None)
 @given(t=valid_thresholds(), schedule=st.sampled_from(SCHEDULES))
-def test_happy_path_timing_follows_any_valid_thresholds(
-    t: GateThresholds, schedule: BlendSchedule
-) -> None:
+def test_happy_path_timing_follows_any_valid_thresholds(t: GateThresholds, schedule: BlendSchedule) -> None:
     """G2 passes on exactly the min_training_epochs-th tick, G3 on the blend_epochs-th with alpha
     schedule(k/blend_epochs), G4 first at min_probation_epochs."""
     lc = drive_to(S.TRAINING, t, schedule)

@@ -28,6 +28,9 @@ def advance_to(model: MorphogeneticModel, slot: str, stage: SeedStage, blueprint
     """Germinate `slot` and tick it (with healthy inputs) until it reaches `stage`."""
     s = model.slot(slot)
     s.germinate(blueprint, f"seed-{slot}", BlendSchedule.LINEAR)
+    with torch.no_grad():  # as if trained: new seeds start as an exact identity (zero output)
+        for p in s.seed.parameters():
+            p.add_(0.2 * torch.randn_like(p))
     while s.stage is not stage:
         s.tick(GateInputs(contribution=1.0, grad_norm=1.0, finite=True))
 
@@ -63,7 +66,20 @@ def test_host_declares_its_slots() -> None:
     assert [s.name for s in CNNHost(depth=5).slot_ids] == ["early", "mid", "late", "s3", "s4"]
     t = TransformerHost(n_layer=6, n_slots=3)
     assert [s.name for s in t.slot_ids] == ["early", "mid", "late"] and t.slot_dims == (64, 64, 64)
-    assert [s.slot_id.name for s in MorphogeneticModel(CNNHost(depth=4)).ordered_slots()] == ["early", "mid", "late", "s3"]
+    assert [s.slot_id.name for s in MorphogeneticModel(CNNHost(depth=4)).ordered_slots()] == [
+        "early",
+        "mid",
+        "late",
+        "s3",
+    ]
+
+
+@pytest.mark.parametrize("topology", list(Topology))
+def test_new_seeds_start_as_an_identity(topology: Topology) -> None:
+    x = torch.randn(2, 16, 8, 8) if topology is Topology.CNN else torch.randn(2, 5, 32)
+    for bp in BLUEPRINTS[topology].values():
+        seed = bp.build(16 if topology is Topology.CNN else 32)
+        assert torch.count_nonzero(seed(x)) == 0, bp.name
 
 
 def test_dormant_model_equals_host() -> None:
@@ -169,16 +185,18 @@ def test_fused_validation_equals_separate_passes() -> None:
     g = torch.Generator().manual_seed(1)
     xs = torch.randn(60, 3, 16, 16, generator=g)
     ys = torch.randint(0, 10, (60,), generator=g)
-    batches = [(xs[i:i + 25], ys[i:i + 25]) for i in range(0, 60, 25)]
+    batches = [(xs[i : i + 25], ys[i : i + 25]) for i in range(0, 60, 25)]
     names = model.blended_slots()
     assert names == ("early", "mid", "late")
     fused = validate(model, batches, names)
 
     model.eval()
     with torch.no_grad():
+
         def accuracy(overrides):
             correct = sum((model(x, overrides).argmax(1) == y).sum().item() for x, y in batches)
             return 100.0 * correct / 60
+
         plain = accuracy(None)
         for name in names:
             assert fused.ablated_accuracy[name] == pytest.approx(accuracy({name: 0.0}))
@@ -213,7 +231,12 @@ def test_state_dict_rebuilds_seeds_and_lifecycles() -> None:
     fresh.load_state_dict(model.state_dict())
     for a, b in zip(model.ordered_slots(), fresh.ordered_slots(), strict=True):
         assert (a.stage, a.blueprint, a.seed_id, a.lifecycle.epochs_in_stage, a.lifecycle.schedule) == (
-            b.stage, b.blueprint, b.seed_id, b.lifecycle.epochs_in_stage, b.lifecycle.schedule)
+            b.stage,
+            b.blueprint,
+            b.seed_id,
+            b.lifecycle.epochs_in_stage,
+            b.lifecycle.schedule,
+        )
     x = torch.randn(3, 3, 16, 16)
     model.eval()
     fresh.eval()

@@ -179,10 +179,7 @@ def test_console_formats_stage_change_event() -> None:
             },
         )
     )
-    assert (
-        stream.getvalue()
-        == "[episode 0 epoch   4] mid: seed-2 TRAINING -> BLENDING (gate G1 passed)\n"
-    )
+    assert stream.getvalue() == "[episode 0 epoch   4] mid: seed-2 TRAINING -> BLENDING (gate G1 passed)\n"
 
 
 def test_console_other_events() -> None:
@@ -206,9 +203,7 @@ def test_console_other_events() -> None:
     )
     lines = stream.getvalue().splitlines()
     assert lines[0] == "[episode 0 epoch   5] governor rollback: non-finite loss"
-    assert (
-        lines[1] == "[episode 2] done: final val_acc 51.23% host 18,626 + seeds 1,200 params, 3.2s"
-    )
+    assert lines[1] == "[episode 2] done: final val_acc 51.23% host 18,626 + seeds 1,200 params, 3.2s"
 
 
 def test_format_event_unknown_kind_is_none() -> None:

@@ -16,8 +16,10 @@ def blend_alpha(schedule: BlendSchedule, progress: float) -> float:
     if schedule is BlendSchedule.LINEAR:
         return t
     if schedule is BlendSchedule.SIGMOID:
+
         def raw(u: float) -> float:
             return 1.0 / (1.0 + math.exp(-SIGMOID_STEEPNESS * (u - 0.5)))
+
         lo, hi = raw(0.0), raw(1.0)
         return (raw(t) - lo) / (hi - lo)
     raise ValueError(f"unknown blend schedule {schedule!r}")

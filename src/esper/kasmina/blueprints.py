@@ -1,7 +1,10 @@
 """Blueprints: the kinds of seed module a slot can grow, per host topology.
 
 A seed computes a residual delta f(h) with the shape of its input; the slot adds it to the host
-stream as h + alpha * f(h). Each blueprint states its exact parameter count as a formula of the
+stream as h + alpha * f(h). Every seed's last layer starts at zero (zero-initialised BatchNorm
+or LayerNorm gain, or output projection), so a new seed is an exact identity: it enters the
+stream only as far as training moves it, instead of adding an O(1) random delta when it is
+blended. Each blueprint states its exact parameter count as a formula of the
 slot width, so a controller can reason about cost before building anything.
 """
 
@@ -41,8 +44,7 @@ class NormSeed2d(nn.Module):
 
     def __init__(self, c: int) -> None:
         super().__init__()
-        self.norm = nn.BatchNorm2d(c)
-        nn.init.zeros_(self.norm.weight)
+        self.norm = zero_last(nn.BatchNorm2d(c))
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         return self.norm(h)
@@ -55,31 +57,46 @@ class SqueezeExciteSeed(nn.Module):
         super().__init__()
         r = _reduced(c)
         self.fc1, self.fc2 = nn.Linear(c, r), nn.Linear(r, c)
+        zero_last(self.fc2)
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         gate = torch.tanh(self.fc2(F.relu(self.fc1(h.mean(dim=(2, 3))))))
         return h * gate[:, :, None, None]
 
 
+def zero_last(module: nn.Module) -> nn.Module:
+    """Zero the weight (and bias) of a seed's output layer, so the seed starts as an identity."""
+    nn.init.zeros_(module.weight)
+    if getattr(module, "bias", None) is not None:
+        nn.init.zeros_(module.bias)
+    return module
+
+
 def _conv_bn(c_in: int, c_out: int, k: int, groups: int = 1) -> list[nn.Module]:
     return [nn.Conv2d(c_in, c_out, k, padding=k // 2, groups=groups, bias=False), nn.BatchNorm2d(c_out)]
 
 
+def _zero_gain(layers: list[nn.Module]) -> list[nn.Module]:
+    """conv + BN with the BN gain at zero: the block outputs exactly zero until it learns."""
+    zero_last(layers[-1])
+    return layers
+
+
 def _depthwise(c: int) -> nn.Module:
-    return nn.Sequential(*_conv_bn(c, c, 3, groups=c), nn.ReLU(), *_conv_bn(c, c, 1))
+    return nn.Sequential(*_conv_bn(c, c, 3, groups=c), nn.ReLU(), *_zero_gain(_conv_bn(c, c, 1)))
 
 
 def _conv_light(c: int) -> nn.Module:
-    return nn.Sequential(*_conv_bn(c, c, 3), nn.ReLU())
+    return nn.Sequential(*_zero_gain(_conv_bn(c, c, 3)))
 
 
 def _conv_heavy(c: int) -> nn.Module:
-    return nn.Sequential(*_conv_bn(c, c, 3), nn.ReLU(), *_conv_bn(c, c, 3))
+    return nn.Sequential(*_conv_bn(c, c, 3), nn.ReLU(), *_zero_gain(_conv_bn(c, c, 3)))
 
 
 def _bottleneck(c: int) -> nn.Module:
     b = _reduced(c)
-    return nn.Sequential(*_conv_bn(c, b, 1), nn.ReLU(), *_conv_bn(b, b, 3), nn.ReLU(), *_conv_bn(b, c, 1))
+    return nn.Sequential(*_conv_bn(c, b, 1), nn.ReLU(), *_conv_bn(b, b, 3), nn.ReLU(), *_zero_gain(_conv_bn(b, c, 1)))
 
 
 # --------------------------------------------------------------------------- transformer seeds
@@ -88,8 +105,7 @@ class NormSeed(nn.Module):
 
     def __init__(self, d: int) -> None:
         super().__init__()
-        self.norm = nn.LayerNorm(d)
-        nn.init.zeros_(self.norm.weight)
+        self.norm = zero_last(nn.LayerNorm(d))
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         return self.norm(h)
@@ -103,8 +119,7 @@ class LoRASeed(nn.Module):
 
     def __init__(self, d: int, rank: int = LORA_RANK) -> None:
         super().__init__()
-        self.down, self.up = nn.Linear(d, rank, bias=False), nn.Linear(rank, d, bias=False)
-        nn.init.zeros_(self.up.weight)
+        self.down, self.up = nn.Linear(d, rank, bias=False), zero_last(nn.Linear(rank, d, bias=False))
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         return self.up(self.down(h))
@@ -146,25 +161,54 @@ class MLP(nn.Module):
         return self.proj(F.gelu(self.fc(self.norm(h))))
 
 
+def _zero_output(block: CausalSelfAttention | MLP) -> nn.Module:
+    """The host's own block, as a seed that starts as an identity."""
+    zero_last(block.proj)
+    return block
+
+
 # --------------------------------------------------------------------------- registry
-def _bp(name: str, topology: Topology, build: Callable[[int], nn.Module], count: Callable[[int], int], text: str) -> Blueprint:
+def _bp(
+    name: str, topology: Topology, build: Callable[[int], nn.Module], count: Callable[[int], int], text: str
+) -> Blueprint:
     return Blueprint(name, topology, build, count, text)
 
 
 _ALL: tuple[Blueprint, ...] = (
     _bp("norm", Topology.CNN, NormSeed2d, lambda c: 2 * c, "batch norm with zero-initialised gain"),
-    _bp("attention", Topology.CNN, SqueezeExciteSeed,
-        lambda c: 2 * c * _reduced(c) + _reduced(c) + c, "squeeze-excite channel attention"),
+    _bp(
+        "attention",
+        Topology.CNN,
+        SqueezeExciteSeed,
+        lambda c: 2 * c * _reduced(c) + _reduced(c) + c,
+        "squeeze-excite channel attention",
+    ),
     _bp("depthwise", Topology.CNN, _depthwise, lambda c: 9 * c + c * c + 4 * c, "depthwise 3x3 then pointwise 1x1"),
-    _bp("conv_light", Topology.CNN, _conv_light, lambda c: 9 * c * c + 2 * c, "one 3x3 convolution"),
+    _bp("conv_light", Topology.CNN, _conv_light, lambda c: 9 * c * c + 2 * c, "one 3x3 convolution, batch-normalised"),
     _bp("conv_heavy", Topology.CNN, _conv_heavy, lambda c: 18 * c * c + 4 * c, "two 3x3 convolutions"),
-    _bp("bottleneck", Topology.CNN, _bottleneck,
-        lambda c: 2 * c * _reduced(c) + 9 * _reduced(c) ** 2 + 4 * _reduced(c) + 2 * c, "1x1 down, 3x3, 1x1 up"),
+    _bp(
+        "bottleneck",
+        Topology.CNN,
+        _bottleneck,
+        lambda c: 2 * c * _reduced(c) + 9 * _reduced(c) ** 2 + 4 * _reduced(c) + 2 * c,
+        "1x1 down, 3x3, 1x1 up",
+    ),
     _bp("norm", Topology.TRANSFORMER, NormSeed, lambda d: 2 * d, "layer norm with zero-initialised gain"),
     _bp("lora", Topology.TRANSFORMER, LoRASeed, lambda d: 2 * d * LORA_RANK, f"rank-{LORA_RANK} linear map"),
-    _bp("attention", Topology.TRANSFORMER, CausalSelfAttention,
-        lambda d: 2 * d + 4 * d * d + 4 * d, "causal self-attention"),
-    _bp("mlp", Topology.TRANSFORMER, MLP, lambda d: 2 * d + 8 * d * d + 5 * d, "feed-forward block, 4x hidden"),
+    _bp(
+        "attention",
+        Topology.TRANSFORMER,
+        lambda d: _zero_output(CausalSelfAttention(d)),
+        lambda d: 2 * d + 4 * d * d + 4 * d,
+        "causal self-attention",
+    ),
+    _bp(
+        "mlp",
+        Topology.TRANSFORMER,
+        lambda d: _zero_output(MLP(d)),
+        lambda d: 2 * d + 8 * d * d + 5 * d,
+        "feed-forward block, 4x hidden",
+    ),
 )
 
 BLUEPRINTS: dict[Topology, dict[str, Blueprint]] = {

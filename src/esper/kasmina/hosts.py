@@ -41,8 +41,12 @@ CNN_POOLED_BLOCKS = 3
 
 def _conv_block(c_in: int, c_out: int, pool: bool) -> nn.Sequential:
     layers: list[nn.Module] = [
-        nn.Conv2d(c_in, c_out, 3, padding=1, bias=False), nn.BatchNorm2d(c_out), nn.ReLU(),
-        nn.Conv2d(c_out, c_out, 3, padding=1, bias=False), nn.BatchNorm2d(c_out), nn.ReLU(),
+        nn.Conv2d(c_in, c_out, 3, padding=1, bias=False),
+        nn.BatchNorm2d(c_out),
+        nn.ReLU(),
+        nn.Conv2d(c_out, c_out, 3, padding=1, bias=False),
+        nn.BatchNorm2d(c_out),
+        nn.ReLU(),
     ]
     if pool:
         layers.append(nn.MaxPool2d(2))
@@ -118,5 +122,10 @@ class TransformerHost(Host):
             groups.append(nn.Sequential(*layers))
         super().__init__([*groups, LMHead(d_model, vocab_size)], [d_model] * n_slots)
         self.block_size = block_size
-        self.config = {"vocab_size": vocab_size, "block_size": block_size, "d_model": d_model,
-                       "n_layer": n_layer, "n_slots": n_slots}
+        self.config = {
+            "vocab_size": vocab_size,
+            "block_size": block_size,
+            "d_model": d_model,
+            "n_layer": n_layer,
+            "n_slots": n_slots,
+        }

@@ -153,7 +153,9 @@ class SlotLifecycle:
         elif stage is SeedStage.PROBATIONARY:
             c = inputs.contribution
             if c is not None and c <= t.probation_cull_contribution:
-                return [self._move(SeedStage.CULLED, f"auto-cull: contribution {c:.3f} <= {t.probation_cull_contribution}")]
+                return [
+                    self._move(SeedStage.CULLED, f"auto-cull: contribution {c:.3f} <= {t.probation_cull_contribution}")
+                ]
             if n > t.probation_timeout_epochs:
                 return [self._move(SeedStage.CULLED, f"auto-cull: probation timeout after {n} epochs")]
         elif stage is SeedStage.CULLED:

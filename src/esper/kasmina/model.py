@@ -26,7 +26,10 @@ class MorphogeneticModel(nn.Module):
         self.slot_ids: tuple[SlotId, ...] = host.slot_ids
         thresholds = thresholds or GateThresholds()
         self.slots = nn.ModuleDict(
-            {sid.name: SeedSlot(sid, dim, host.topology, thresholds) for sid, dim in zip(host.slot_ids, host.slot_dims, strict=True)}
+            {
+                sid.name: SeedSlot(sid, dim, host.topology, thresholds)
+                for sid, dim in zip(host.slot_ids, host.slot_dims, strict=True)
+            }
         )
 
     @property

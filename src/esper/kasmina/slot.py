@@ -103,8 +103,9 @@ class SeedSlot(nn.Module):
         self.lifecycle.load_state_dict(state["lifecycle"])
         self._uninstall()
         if self.lifecycle.has_seed:
-            self._install(get_blueprint(self.topology, state["blueprint"]).build(self.dim),
-                          state["blueprint"], state["seed_id"])
+            self._install(
+                get_blueprint(self.topology, state["blueprint"]).build(self.dim), state["blueprint"], state["seed_id"]
+            )
 
     # ----------------------------------------------------------------- internals
     def _install(self, module: nn.Module, blueprint: str, seed_id: str) -> None:

@@ -21,21 +21,22 @@ class GateThresholds:
 
     G0 germinate       DORMANT -> GERMINATED   slot empty; blueprint valid for the host (checked by
                                               the model, which owns the blueprints).
-    G1 start training  GERMINATED -> TRAINING  seed parameters are finite; one tick after germination.
+    G1 start training  GERMINATED -> TRAINING  seed parameters are finite; checked right after G0, so
+                                              no epoch is spent untrained.
     G2 start blending  TRAINING -> BLENDING    at least `min_training_epochs` in TRAINING and the
                                               seed's mean gradient norm is healthy (finite, above
                                               GRAD_NORM_VANISHING, below GRAD_NORM_EXPLODING).
     G3 probation       BLENDING -> PROBATIONARY alpha has reached 1 (`blend_epochs` ticks).
     G4 fossilize       PROBATIONARY -> FOSSILIZED on a FOSSILIZE op: at least
                                               `min_probation_epochs` in PROBATIONARY and
-                                              contribution >= `fossilize_min_contribution`.
+                                              contribution > `fossilize_min_contribution`.
     G5 release         EMBARGOED -> RESETTING  `embargo_epochs` ticks after a cull.
 
     Automatic culls at a tick (no controller needed):
     - PROBATIONARY with a measured contribution <= `probation_cull_contribution` (0: a seed
       that does not help is removed).
     - PROBATIONARY for more than `probation_timeout_epochs` without being fossilized.
-    - TRAINING for more than `max_training_epochs` without passing G2.
+    - TRAINING for `max_training_epochs` epochs without passing G2.
     - Any live seed whose parameters or gradients are non-finite.
     """
 

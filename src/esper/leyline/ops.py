@@ -39,6 +39,7 @@ class Decision:
         schedule: BlendSchedule = BlendSchedule.LINEAR,
         reason: str = "",
     ) -> None:
+        op, schedule = LifecycleOp(op), BlendSchedule(schedule)
         if op is LifecycleOp.WAIT and (slot is not None or blueprint is not None):
             raise InvalidDecision("WAIT names no slot and no blueprint")
         if op is not LifecycleOp.WAIT and slot is None:
@@ -60,7 +61,12 @@ class Decision:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Decision):
             return NotImplemented
-        return (self.op, self.slot, self.blueprint, self.schedule) == (other.op, other.slot, other.blueprint, other.schedule)
+        return (self.op, self.slot, self.blueprint, self.schedule) == (
+            other.op,
+            other.slot,
+            other.blueprint,
+            other.schedule,
+        )
 
     def __hash__(self) -> int:
         return hash((self.op, self.slot, self.blueprint, self.schedule))

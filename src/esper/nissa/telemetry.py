@@ -66,17 +66,22 @@ def format_event(event: Event) -> str | None:
     d = event.data
     where = f"[episode {event.episode} epoch {event.epoch:>3}]"
     if event.kind == "epoch":
-        slots = " ".join(f"{s['slot']}:{s['stage'][:5]}" + (f"({s['blueprint']})" if s["blueprint"] else "")
-                         for s in d["slots"])
-        return (f"{where} train_loss {d['train_loss']:.3f} val_loss {d['val_loss']:.3f} "
-                f"val_acc {d['val_accuracy']:5.1f}% | {slots}")
+        slots = " ".join(
+            f"{s['slot']}:{s['stage'][:5]}" + (f"({s['blueprint']})" if s["blueprint"] else "") for s in d["slots"]
+        )
+        return (
+            f"{where} train_loss {d['train_loss']:.3f} val_loss {d['val_loss']:.3f} "
+            f"val_acc {d['val_accuracy']:5.1f}% | {slots}"
+        )
     if event.kind == "stage_change":
         return f"{where} {d['slot']}: {d['seed_id']} {d['source']} -> {d['target']} ({d['reason']})"
     if event.kind == "governor_rollback":
         return f"{where} governor rollback: {d['reason']}"
     if event.kind == "episode_end":
-        return (f"[episode {event.episode}] done: final val_acc {d['final_val_accuracy']:.2f}% "
-                f"host {d['host_params']:,} + seeds {d['seed_params']:,} params, {d['seconds']:.1f}s")
+        return (
+            f"[episode {event.episode}] done: final val_acc {d['final_val_accuracy']:.2f}% "
+            f"host {d['host_params']:,} + seeds {d['seed_params']:,} params, {d['seconds']:.1f}s"
+        )
     return None
 
 
@@ -121,4 +126,6 @@ class TelemetryHub:
 
     def _raise_if_failed(self) -> None:
         if self._error is not None:
-            raise TelemetryError(f"telemetry backend failed: {type(self._error).__name__}: {self._error}") from self._error
+            raise TelemetryError(
+                f"telemetry backend failed: {type(self._error).__name__}: {self._error}"
+            ) from self._error

@@ -58,13 +58,23 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("--episodes", type=int, default=1, help="independent training runs, seeds S, S+1, ... (default 1)")
     h.add_argument("--max-epochs", type=int, default=None, help="host epochs per episode (default: the task's)")
     h.add_argument("--slots", nargs="+", default=None, help="slots the controller may use (default: all of the host's)")
-    h.add_argument("--max-seeds", type=int, default=DEFAULT_MAX_SEEDS,
-                   help=f"most germinations per episode; 0 trains the host alone (default {DEFAULT_MAX_SEEDS})")
-    h.add_argument("--blueprints", nargs="+", default=None, help="blueprints to rotate through (default: all of the topology's)")
+    h.add_argument(
+        "--max-seeds",
+        type=int,
+        default=DEFAULT_MAX_SEEDS,
+        help=f"most germinations per episode; 0 trains the host alone (default {DEFAULT_MAX_SEEDS})",
+    )
+    h.add_argument(
+        "--blueprints", nargs="+", default=None, help="blueprints to rotate through (default: all of the topology's)"
+    )
     h.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or mps (default cpu)")
     h.add_argument("--seed", type=int, default=0, help="seed of the first episode (default 0)")
-    h.add_argument("--data-dir", default=None, help="folder of a real dataset (cifar10, textfile); else $ESPER_DATA_DIR")
-    h.add_argument("--run-dir", default=None, help="where summary.json and events.jsonl go (default runs/<time>-heuristic-<task>)")
+    h.add_argument(
+        "--data-dir", default=None, help="folder of a real dataset (cifar10, textfile); else $ESPER_DATA_DIR"
+    )
+    h.add_argument(
+        "--run-dir", default=None, help="where summary.json and events.jsonl go (default runs/<time>-heuristic-<task>)"
+    )
     h.add_argument("--quiet", action="store_true", help="no per-epoch progress lines")
     return parser
 
@@ -90,7 +100,9 @@ def check_run_dir(run_dir: Path) -> None:
     """The run directory must be creatable and must not already hold a run (nothing is overwritten)."""
     existing = [name for name in RUN_FILES if (run_dir / name).exists()]
     if existing:
-        raise UsageError(f"run directory {str(run_dir)!r} already holds a run ({', '.join(existing)}); choose a new --run-dir")
+        raise UsageError(
+            f"run directory {str(run_dir)!r} already holds a run ({', '.join(existing)}); choose a new --run-dir"
+        )
     ancestor = run_dir
     while not ancestor.exists():
         ancestor = ancestor.parent
@@ -126,14 +138,21 @@ def resolve_heuristic(args: argparse.Namespace) -> HeuristicRun:
             raise UsageError(str(exc)) from None
     else:
         blueprints = PREFERRED_BLUEPRINTS.get(task.topology, blueprint_names(task.topology))
-    run_dir = Path(args.run_dir) if args.run_dir else Path("runs") / f"{time.strftime('%Y%m%d-%H%M%S')}-heuristic-{task.name}"
+    run_dir = (
+        Path(args.run_dir) if args.run_dir else Path("runs") / f"{time.strftime('%Y%m%d-%H%M%S')}-heuristic-{task.name}"
+    )
     check_run_dir(run_dir)
     try:
         data = task.load_data(task.resolve_data_dir(args.data_dir))
     except DatasetError as exc:
         raise UsageError(str(exc)) from None
-    env = EnvConfig(task=task, device=device, max_epochs=max_epochs,
-                    enabled_slots=tuple(s.name for s in slots), max_seeds=args.max_seeds)
+    env = EnvConfig(
+        task=task,
+        device=device,
+        max_epochs=max_epochs,
+        enabled_slots=tuple(s.name for s in slots),
+        max_seeds=args.max_seeds,
+    )
     return HeuristicRun(task, data, env, args.episodes, args.seed, blueprints, run_dir, args.quiet)
 
 
@@ -145,9 +164,12 @@ def run_heuristic(run: HeuristicRun) -> dict:
     hub = TelemetryHub(backends)
     env = MorphogeneticEnv(run.env, run.data, emit=hub.emit)
     controller = HeuristicController(run.task.topology, run.env.enabled_slots, run.blueprints)
-    print(f"esper heuristic: task {run.task.name}, {run.episodes} episode(s) x {run.env.max_epochs} epochs, "
-          f"slots {' '.join(run.env.enabled_slots)}, max seeds {run.env.max_seeds}, device {run.env.device}, "
-          f"run dir {run.run_dir}", flush=True)
+    print(
+        f"esper heuristic: task {run.task.name}, {run.episodes} episode(s) x {run.env.max_epochs} epochs, "
+        f"slots {' '.join(run.env.enabled_slots)}, max seeds {run.env.max_seeds}, device {run.env.device}, "
+        f"run dir {run.run_dir}",
+        flush=True,
+    )
     outcomes = []
     try:
         for i in range(run.episodes):
@@ -155,14 +177,29 @@ def run_heuristic(run: HeuristicRun) -> dict:
     finally:
         hub.close()
     slot_names = [s.name for s in env.model.slot_ids] if env.model is not None else list(run.env.enabled_slots)
-    summary = episode_summary(run.task.name, "heuristic", slot_names, outcomes, {
-        "task": run.task.name, "episodes": run.episodes, "max_epochs": run.env.max_epochs,
-        "slots": list(run.env.enabled_slots), "max_seeds": run.env.max_seeds, "blueprints": list(run.blueprints),
-        "device": str(run.env.device), "seed": run.seed, "torch": torch.__version__,
-    })
+    summary = episode_summary(
+        run.task.name,
+        "heuristic",
+        slot_names,
+        outcomes,
+        {
+            "task": run.task.name,
+            "episodes": run.episodes,
+            "max_epochs": run.env.max_epochs,
+            "slots": list(run.env.enabled_slots),
+            "max_seeds": run.env.max_seeds,
+            "blueprints": list(run.blueprints),
+            "device": str(run.env.device),
+            "seed": run.seed,
+            "torch": torch.__version__,
+        },
+    )
     write_json_atomic(run.run_dir / "summary.json", summary)
-    print(f"final val accuracy {summary['final_val_accuracy']:.2f}% (mean of {len(outcomes)}); "
-          f"summary in {run.run_dir / 'summary.json'}", flush=True)
+    print(
+        f"final val accuracy {summary['final_val_accuracy']:.2f}% (mean of {len(outcomes)}); "
+        f"summary in {run.run_dir / 'summary.json'}",
+        flush=True,
+    )
     return summary
 
 

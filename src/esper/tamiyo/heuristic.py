@@ -76,8 +76,12 @@ class HeuristicController:
         c = self.config
         slots = [s for s in signals.slots if s.enabled]
         for s in slots:
-            if (s.stage is SeedStage.PROBATIONARY and s.contribution is not None
-                    and s.contribution >= c.fossilize_threshold and s.epochs_in_stage >= 1):
+            if (
+                s.stage is SeedStage.PROBATIONARY
+                and s.contribution is not None
+                and s.contribution >= c.fossilize_threshold
+                and s.epochs_in_stage >= 1
+            ):
                 return Decision(LifecycleOp.FOSSILIZE, s.name, reason=f"contribution {s.contribution:.2f}")
         for s in slots:
             blended = s.stage in (SeedStage.BLENDING, SeedStage.PROBATIONARY)
@@ -85,14 +89,22 @@ class HeuristicController:
                 return Decision(LifecycleOp.CULL, s.name, reason=f"harmful: contribution {s.contribution:.2f}")
             if s.stage in (SeedStage.TRAINING, SeedStage.BLENDING, SeedStage.PROBATIONARY) and s.grad_exploding:
                 return Decision(LifecycleOp.CULL, s.name, reason=f"exploding gradient {s.grad_norm}")
-        ready = (signals.epoch >= c.warmup_epochs and signals.plateau_epochs >= c.plateau_patience
-                 and signals.epochs_since_germination >= c.germination_cooldown
-                 and signals.seeds_germinated < signals.max_seeds)
+        ready = (
+            signals.epoch >= c.warmup_epochs
+            and signals.plateau_epochs >= c.plateau_patience
+            and signals.epochs_since_germination >= c.germination_cooldown
+            and signals.seeds_germinated < signals.max_seeds
+        )
         empty = [s for s in slots if s.stage is SeedStage.DORMANT]
         if ready and empty:
             blueprint = self._choose_blueprint()
-            return Decision(LifecycleOp.GERMINATE, empty[0].name, blueprint, c.schedule,
-                            reason=f"plateau of {signals.plateau_epochs} epochs")
+            return Decision(
+                LifecycleOp.GERMINATE,
+                empty[0].name,
+                blueprint,
+                c.schedule,
+                reason=f"plateau of {signals.plateau_epochs} epochs",
+            )
         return Decision.wait()
 
     def observe(self, decision: Decision, changes: Sequence[tuple[str, object]]) -> None:

@@ -40,7 +40,9 @@ class SlotSignals:
 
     @property
     def grad_exploding(self) -> bool:
-        return self.grad_norm is not None and (not math.isfinite(self.grad_norm) or self.grad_norm >= GRAD_NORM_EXPLODING)
+        return self.grad_norm is not None and (
+            not math.isfinite(self.grad_norm) or self.grad_norm >= GRAD_NORM_EXPLODING
+        )
 
 
 @dataclass(frozen=True)

@@ -39,15 +39,19 @@ class ImageData:
     """Draw this many training images per epoch from the pool; None means one full pass."""
 
     def to(self, device: torch.device) -> ImageData:
-        return ImageData(*(t.to(device) for t in (self.train_x, self.train_y, self.val_x, self.val_y)),
-                         self.num_classes, self.augment, self.samples_per_epoch)
+        return ImageData(
+            *(t.to(device) for t in (self.train_x, self.train_y, self.val_x, self.val_y)),
+            self.num_classes,
+            self.augment,
+            self.samples_per_epoch,
+        )
 
     def train_batches(self, batch_size: int, generator: torch.Generator) -> Iterator[Batch]:
         """One epoch of shuffled batches. `generator` lives on the CPU; indices move to the data."""
         n = self.train_x.shape[0]
         order = torch.randperm(n, generator=generator)[: self.samples_per_epoch].to(self.train_x.device)
         for start in range(0, order.numel() - batch_size + 1, batch_size):  # drop the ragged last batch
-            idx = order[start:start + batch_size]
+            idx = order[start : start + batch_size]
             x = self.train_x[idx]
             if self.augment:
                 x = random_crop_flip(x, pad=max(1, x.shape[-1] // 8), generator=generator)
@@ -55,7 +59,7 @@ class ImageData:
 
     def val_batches(self, batch_size: int) -> Iterator[Batch]:
         for start in range(0, self.val_x.shape[0], batch_size):
-            yield self.val_x[start:start + batch_size], self.val_y[start:start + batch_size]
+            yield self.val_x[start : start + batch_size], self.val_y[start : start + batch_size]
 
 
 @dataclass
@@ -69,8 +73,13 @@ class TokenData:
     max_val_windows: int
 
     def to(self, device: torch.device) -> TokenData:
-        return TokenData(self.train_tokens.to(device), self.val_tokens.to(device), self.block_size,
-                         self.train_windows_per_epoch, self.max_val_windows)
+        return TokenData(
+            self.train_tokens.to(device),
+            self.val_tokens.to(device),
+            self.block_size,
+            self.train_windows_per_epoch,
+            self.max_val_windows,
+        )
 
     def train_batches(self, batch_size: int, generator: torch.Generator) -> Iterator[Batch]:
         """`train_windows_per_epoch` random windows, as (inputs, next-byte targets)."""
@@ -79,7 +88,7 @@ class TokenData:
         starts = starts.to(self.train_tokens.device)
         offsets = torch.arange(self.block_size + 1, device=self.train_tokens.device)
         for b in range(0, self.train_windows_per_epoch - batch_size + 1, batch_size):
-            windows = self.train_tokens[starts[b:b + batch_size, None] + offsets]
+            windows = self.train_tokens[starts[b : b + batch_size, None] + offsets]
             yield windows[:, :-1], windows[:, 1:]
 
     def val_batches(self, batch_size: int) -> Iterator[Batch]:
@@ -90,7 +99,7 @@ class TokenData:
         xs = windows[:-1].view(n, t)
         ys = windows[1:].view(n, t)
         for start in range(0, n, batch_size):
-            yield xs[start:start + batch_size], ys[start:start + batch_size]
+            yield xs[start : start + batch_size], ys[start : start + batch_size]
 
 
 TaskData = ImageData | TokenData
@@ -121,7 +130,16 @@ def normalize_channels(train: torch.Tensor, *others: torch.Tensor) -> list[torch
 
 # --------------------------------------------------------------------------- procedural shapes
 SHAPE_CLASSES: tuple[str, ...] = (
-    "disk", "ring", "square", "square_outline", "triangle", "plus", "cross", "two_dots", "bar", "half_disk",
+    "disk",
+    "ring",
+    "square",
+    "square_outline",
+    "triangle",
+    "plus",
+    "cross",
+    "two_dots",
+    "bar",
+    "half_disk",
 )
 
 
@@ -150,7 +168,9 @@ def _shape_mask(label: int, x: torch.Tensor, y: torch.Tensor, size: torch.Tensor
         return 0.5 * r - d.max(dim=0).values
     if label in (5, 6):
         uu, vv = (u, v) if label == 5 else _rotate(u, v, torch.full_like(theta, math.pi / 4))
-        arm = torch.maximum(torch.minimum(thick / 2 - uu.abs(), r - vv.abs()), torch.minimum(thick / 2 - vv.abs(), r - uu.abs()))
+        arm = torch.maximum(
+            torch.minimum(thick / 2 - uu.abs(), r - vv.abs()), torch.minimum(thick / 2 - vv.abs(), r - uu.abs())
+        )
         return arm
     if label == 7:
         a = torch.sqrt((u - 0.55 * r) ** 2 + v**2)
@@ -163,7 +183,9 @@ def _shape_mask(label: int, x: torch.Tensor, y: torch.Tensor, size: torch.Tensor
     raise ValueError(f"unknown shape class {label}")
 
 
-def procedural_shapes(n: int, seed: int, image_size: int = 16, noise: float = 0.12) -> tuple[torch.Tensor, torch.Tensor]:
+def procedural_shapes(
+    n: int, seed: int, image_size: int = 16, noise: float = 0.12
+) -> tuple[torch.Tensor, torch.Tensor]:
     """`n` RGB images of `image_size` pixels, each showing one of ten shapes, deterministic from `seed`.
 
     Nuisances that make it a learning problem rather than a lookup: random position, size and
@@ -247,8 +269,10 @@ def _read_cifar_batch(path: Path) -> tuple[torch.Tensor, torch.Tensor]:
             entry = pickle.load(f, encoding="bytes")
         data, labels = entry[b"data"], entry[b"labels"]
         if getattr(data, "ndim", None) != 2 or data.shape[1] != 3 * 32 * 32:
-            raise DatasetError(f"CIFAR-10 file {str(path)!r} is corrupt: data has shape {getattr(data, 'shape', None)}, "
-                               "expected (n, 3072) rows of channel-first 32x32 RGB")
+            raise DatasetError(
+                f"CIFAR-10 file {str(path)!r} is corrupt: data has shape {getattr(data, 'shape', None)}, "
+                "expected (n, 3072) rows of channel-first 32x32 RGB"
+            )
         images = torch.as_tensor(data, dtype=torch.uint8).reshape(-1, 3, 32, 32)
         targets = torch.as_tensor(labels, dtype=torch.int64)
     except DatasetError:
@@ -256,7 +280,9 @@ def _read_cifar_batch(path: Path) -> tuple[torch.Tensor, torch.Tensor]:
     except Exception as exc:
         raise DatasetError(f"CIFAR-10 file {str(path)!r} is corrupt: {type(exc).__name__}: {exc}") from exc
     if images.shape[0] != targets.shape[0] or targets.numel() == 0 or not bool(((targets >= 0) & (targets < 10)).all()):
-        raise DatasetError(f"CIFAR-10 file {str(path)!r} is corrupt: labels do not match the images or are outside 0..9")
+        raise DatasetError(
+            f"CIFAR-10 file {str(path)!r} is corrupt: labels do not match the images or are outside 0..9"
+        )
     return images, targets
 
 
@@ -325,6 +351,8 @@ def load_text_corpus(data_dir: Path, block_size: int, val_fraction: float) -> tu
         raise DatasetError(f"text data path {str(data_dir)!r} does not exist")
     for name, part in (("training", train), ("validation", val)):
         if part.numel() < 2 * (block_size + 1):
-            raise DatasetError(f"{name} text in {str(data_dir)!r} is too short: {part.numel()} bytes, "
-                               f"need at least {2 * (block_size + 1)}")
+            raise DatasetError(
+                f"{name} text in {str(data_dir)!r} is too short: {part.numel()} bytes, "
+                f"need at least {2 * (block_size + 1)}"
+            )
     return train, val

@@ -29,11 +29,15 @@ def resolve_device(spec: str) -> torch.device:
         return torch.device("cpu")
     if device.type == "cuda":
         if not torch.cuda.is_available():
-            raise DeviceError(f"device {spec!r} asked for CUDA, which is not available here; available devices: {' '.join(available)}")
+            raise DeviceError(
+                f"device {spec!r} asked for CUDA, which is not available here; available devices: {' '.join(available)}"
+            )
         index = 0 if device.index is None else device.index
         if index >= torch.cuda.device_count():
-            raise DeviceError(f"device {spec!r} does not exist: this machine has {torch.cuda.device_count()} CUDA device(s); "
-                              f"available devices: {' '.join(available)}")
+            raise DeviceError(
+                f"device {spec!r} does not exist: this machine has {torch.cuda.device_count()} CUDA device(s); "
+                f"available devices: {' '.join(available)}"
+            )
         return torch.device("cuda", index)
     if device.type == "mps" and "mps" in available:
         return device

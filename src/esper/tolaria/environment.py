@@ -74,9 +74,14 @@ class SeedRecord:
         return self.stage_history[-1][1]
 
     def to_json(self) -> dict[str, object]:
-        return {"seed_id": self.seed_id, "blueprint": self.blueprint, "schedule": self.schedule,
-                "param_count": self.param_count, "stage_history": [list(p) for p in self.stage_history],
-                "final_stage": self.final_stage}
+        return {
+            "seed_id": self.seed_id,
+            "blueprint": self.blueprint,
+            "schedule": self.schedule,
+            "param_count": self.param_count,
+            "stage_history": [list(p) for p in self.stage_history],
+            "final_stage": self.final_stage,
+        }
 
 
 @dataclass(frozen=True)
@@ -185,7 +190,9 @@ class MorphogeneticEnv:
         name = decision.slot
         assert name is not None  # Decision guarantees a slot for every op but WAIT
         if name not in self.config.enabled_slots:
-            raise InvalidDecision(f"{decision!r}: slot {name!r} is not enabled (enabled: {' '.join(self.config.enabled_slots)})")
+            raise InvalidDecision(
+                f"{decision!r}: slot {name!r} is not enabled (enabled: {' '.join(self.config.enabled_slots)})"
+            )
         slot = self.model.slot(name)
         if decision.op is LifecycleOp.GERMINATE:
             assert decision.blueprint is not None
@@ -196,7 +203,9 @@ class MorphogeneticEnv:
                 slot_changes = slot.germinate(decision.blueprint, seed_id, decision.schedule)
             self.seeds_germinated += 1
             self.tracker.note_germination(self.epoch)
-            record = SeedRecord(seed_id, name, decision.blueprint, decision.schedule.name.lower(), slot.param_count(), [])
+            record = SeedRecord(
+                seed_id, name, decision.blueprint, decision.schedule.name.lower(), slot.param_count(), []
+            )
             self.records.append(record)
             self._live_records[name] = record
             if slot.seed is not None:
@@ -273,8 +282,15 @@ class MorphogeneticEnv:
             )
             for s in self.model.ordered_slots()
         )
-        return self.tracker.update(self.epoch, self.config.max_epochs, measured, slots,
-                                   self.model.host_param_count(), self.seeds_germinated, self.config.max_seeds)
+        return self.tracker.update(
+            self.epoch,
+            self.config.max_epochs,
+            measured,
+            slots,
+            self.model.host_param_count(),
+            self.seeds_germinated,
+            self.config.max_seeds,
+        )
 
     # ----------------------------------------------------------------- helpers
     def _make_optimizer(self, params, lr: float) -> torch.optim.Optimizer:
@@ -296,10 +312,21 @@ class MorphogeneticEnv:
         for change in changes:
             if record is not None:
                 record.stage_history.append((self.epoch, change.target.name))
-            self.emit(Event("stage_change", self.episode, self.epoch, {
-                "slot": slot, "seed_id": record.seed_id if record else None,
-                "blueprint": record.blueprint if record else None,
-                "source": change.source.name, "target": change.target.name, "reason": change.reason}))
+            self.emit(
+                Event(
+                    "stage_change",
+                    self.episode,
+                    self.epoch,
+                    {
+                        "slot": slot,
+                        "seed_id": record.seed_id if record else None,
+                        "blueprint": record.blueprint if record else None,
+                        "source": change.source.name,
+                        "target": change.target.name,
+                        "reason": change.reason,
+                    },
+                )
+            )
             if change.target is SeedStage.CULLED:
                 self._live_records.pop(slot, None)
                 record = None
@@ -321,13 +348,32 @@ class MorphogeneticEnv:
                 self._live_records[name] = restored
 
     def _emit_epoch(self, signals: TrainingSignals, decision: Decision) -> None:
-        self.emit(Event("epoch", self.episode, signals.epoch, {
-            "decision": repr(decision),
-            "train_loss": signals.train_loss, "train_accuracy": signals.train_accuracy,
-            "val_loss": signals.val_loss, "val_accuracy": signals.val_accuracy,
-            "plateau_epochs": signals.plateau_epochs,
-            "host_params": signals.host_params, "seed_params": signals.seed_params,
-            "slots": [{"slot": s.name, "stage": s.stage.name, "alpha": s.alpha, "blueprint": s.blueprint,
-                       "seed_id": s.seed_id, "contribution": s.contribution, "grad_norm": s.grad_norm}
-                      for s in signals.slots],
-        }))
+        self.emit(
+            Event(
+                "epoch",
+                self.episode,
+                signals.epoch,
+                {
+                    "decision": repr(decision),
+                    "train_loss": signals.train_loss,
+                    "train_accuracy": signals.train_accuracy,
+                    "val_loss": signals.val_loss,
+                    "val_accuracy": signals.val_accuracy,
+                    "plateau_epochs": signals.plateau_epochs,
+                    "host_params": signals.host_params,
+                    "seed_params": signals.seed_params,
+                    "slots": [
+                        {
+                            "slot": s.name,
+                            "stage": s.stage.name,
+                            "alpha": s.alpha,
+                            "blueprint": s.blueprint,
+                            "seed_id": s.seed_id,
+                            "contribution": s.contribution,
+                            "grad_norm": s.grad_norm,
+                        }
+                        for s in signals.slots
+                    ],
+                },
+            )
+        )

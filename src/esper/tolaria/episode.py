@@ -31,10 +31,17 @@ class EpisodeOutcome:
     seconds: float
 
     def to_json(self) -> dict[str, object]:
-        return {"episode": self.episode, "seed": self.seed, "final_val_accuracy": self.final_val_accuracy,
-                "final_val_loss": self.final_val_loss, "host_params": self.host_params,
-                "seed_params": self.seed_params, "rollbacks": self.rollbacks, "seconds": self.seconds,
-                "seeds": [r.to_json() for r in self.records]}
+        return {
+            "episode": self.episode,
+            "seed": self.seed,
+            "final_val_accuracy": self.final_val_accuracy,
+            "final_val_loss": self.final_val_loss,
+            "host_params": self.host_params,
+            "seed_params": self.seed_params,
+            "rollbacks": self.rollbacks,
+            "seconds": self.seconds,
+            "seeds": [r.to_json() for r in self.records],
+        }
 
 
 def run_episode(env: MorphogeneticEnv, controller: Controller, seed: int, episode: int) -> EpisodeOutcome:
@@ -47,11 +54,27 @@ def run_episode(env: MorphogeneticEnv, controller: Controller, seed: int, episod
         controller.observe(decision, result.changes)
         signals, done = result.signals, result.done
     outcome = EpisodeOutcome(
-        episode=episode, seed=seed, final_val_accuracy=signals.val_accuracy, final_val_loss=signals.val_loss,
-        host_params=signals.host_params, seed_params=signals.seed_params, records=tuple(env.records),
-        rollbacks=env.governor.rollbacks, seconds=env.episode_seconds(),
+        episode=episode,
+        seed=seed,
+        final_val_accuracy=signals.val_accuracy,
+        final_val_loss=signals.val_loss,
+        host_params=signals.host_params,
+        seed_params=signals.seed_params,
+        records=tuple(env.records),
+        rollbacks=env.governor.rollbacks,
+        seconds=env.episode_seconds(),
     )
-    env.emit(Event("episode_end", episode, signals.epoch, {
-        "final_val_accuracy": outcome.final_val_accuracy, "host_params": outcome.host_params,
-        "seed_params": outcome.seed_params, "seconds": outcome.seconds}))
+    env.emit(
+        Event(
+            "episode_end",
+            episode,
+            signals.epoch,
+            {
+                "final_val_accuracy": outcome.final_val_accuracy,
+                "host_params": outcome.host_params,
+                "seed_params": outcome.seed_params,
+                "seconds": outcome.seconds,
+            },
+        )
+    )
     return outcome

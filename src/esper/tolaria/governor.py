@@ -61,10 +61,13 @@ class Governor:
         if len(self._losses) >= self.config.min_history:
             reference = sum(self._losses) / len(self._losses)
             if train_loss > self.config.blowup_factor * reference:
-                return f"loss blow-up: train loss {train_loss:.4g} > {self.config.blowup_factor} x recent mean {reference:.4g}"
+                factor = self.config.blowup_factor
+                return f"loss blow-up: train loss {train_loss:.4g} > {factor} x recent mean {reference:.4g}"
         return None
 
-    def record_healthy(self, train_loss: float, model_state: dict[str, Any], optimizer_states: dict[str, dict[str, Any]]) -> None:
+    def record_healthy(
+        self, train_loss: float, model_state: dict[str, Any], optimizer_states: dict[str, dict[str, Any]]
+    ) -> None:
         self._losses.append(train_loss)
         self._snapshot = Snapshot(_clone(model_state), _clone(optimizer_states))
 

@@ -71,11 +71,12 @@ TASKS: dict[str, TaskSpec] = {
     for spec in (
         TaskSpec(
             name="shapes",
-            description="embedded procedural 16x16 images of ten shapes, 5000 drawn per epoch from a 50k pool (default)",
+            description="embedded procedural 16x16 images of ten shapes, drawn per epoch from a 50k pool (default)",
             topology=Topology.CNN,
             build_host=lambda: CNNHost(in_channels=3, num_classes=10, width=8, depth=3),
-            load_data=lambda _: load_shapes(SHAPES_DATA_SEED, n_train=50_000, n_val=2000, image_size=16,
-                                            samples_per_epoch=5000),
+            load_data=lambda _: load_shapes(
+                SHAPES_DATA_SEED, n_train=50_000, n_val=2000, image_size=16, samples_per_epoch=5000
+            ),
             needs_data_dir=False,
             batch_size=100,
             host_lr=3e-3,
@@ -87,7 +88,9 @@ TASKS: dict[str, TaskSpec] = {
             name="pydoc",
             description="embedded byte-level language modelling on CPython's pydoc_data.topics text",
             topology=Topology.TRANSFORMER,
-            build_host=lambda: TransformerHost(vocab_size=256, block_size=TEXT_BLOCK_SIZE, d_model=64, n_layer=3, n_slots=3),
+            build_host=lambda: TransformerHost(
+                vocab_size=256, block_size=TEXT_BLOCK_SIZE, d_model=64, n_layer=3, n_slots=3
+            ),
             load_data=_pydoc_data,
             needs_data_dir=False,
             batch_size=64,
@@ -113,7 +116,9 @@ TASKS: dict[str, TaskSpec] = {
             name="textfile",
             description="byte-level language modelling on TinyStories-style .txt files",
             topology=Topology.TRANSFORMER,
-            build_host=lambda: TransformerHost(vocab_size=256, block_size=TEXT_BLOCK_SIZE, d_model=128, n_layer=6, n_slots=3),
+            build_host=lambda: TransformerHost(
+                vocab_size=256, block_size=TEXT_BLOCK_SIZE, d_model=128, n_layer=6, n_slots=3
+            ),
             load_data=_textfile_data,
             needs_data_dir=True,
             batch_size=64,

@@ -89,15 +89,20 @@ def train_epoch(
     if n_steps == 0:
         raise ValueError("the training data yielded no batch: the dataset is smaller than one batch")
     finite = [torch.stack([torch.isfinite(p).all() for p in s.seed.parameters()]).all() for s in seeded]  # type: ignore[union-attr]
-    packed = torch.cat([torch.stack([loss_sum, correct.float()]), grad_sums, torch.stack(finite).float() if finite
-                        else grad_sums.new_zeros(0)]).tolist()  # the one sync of the epoch
+    packed = torch.cat(
+        [
+            torch.stack([loss_sum, correct.float()]),
+            grad_sums,
+            torch.stack(finite).float() if finite else grad_sums.new_zeros(0),
+        ]
+    ).tolist()  # the one sync of the epoch
     names = [s.slot_id.name for s in seeded]
     k = len(names)
     return TrainStats(
         loss=packed[0] / n_steps,
         accuracy=100.0 * packed[1] / n_items,
-        seed_grad_norm={n: g / n_steps for n, g in zip(names, packed[2:2 + k], strict=True)},
-        seed_finite={n: f > 0.5 for n, f in zip(names, packed[2 + k:], strict=True)},
+        seed_grad_norm={n: g / n_steps for n, g in zip(names, packed[2 : 2 + k], strict=True)},
+        seed_finite={n: f > 0.5 for n, f in zip(names, packed[2 + k :], strict=True)},
     )
 
 
