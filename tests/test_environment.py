@@ -68,11 +68,19 @@ def test_invalid_decisions_raise_and_change_nothing() -> None:
     env.reset(0)
     with pytest.raises(InvalidDecision, match="not enabled"):
         env.step(Decision(LifecycleOp.GERMINATE, "late", "conv_light"))
-    env.epoch = 0
+    with pytest.raises(ValueError, match="unknown blueprint 'mlp'"):
+        env.step(Decision(LifecycleOp.GERMINATE, "early", "mlp"))
+    with pytest.raises(GateRefused, match="G4"):
+        env.step(Decision(LifecycleOp.FOSSILIZE, "early"))
+    with pytest.raises(GateRefused, match="nothing live to cull"):
+        env.step(Decision(LifecycleOp.CULL, "early"))
+    assert env.epoch == 0 and env.seeds_germinated == 0
     env.step(Decision(LifecycleOp.GERMINATE, "early", "conv_light"))
     with pytest.raises(GateRefused, match="budget"):
         env.step(Decision(LifecycleOp.GERMINATE, "mid", "conv_light"))
-    assert env.model.slot("mid").stage is SeedStage.DORMANT
+    with pytest.raises(GateRefused, match="G0"):
+        env.step(Decision(LifecycleOp.GERMINATE, "early", "conv_light"))
+    assert env.epoch == 1 and env.model.slot("mid").stage is SeedStage.DORMANT
 
 
 def test_episode_ends_after_max_epochs() -> None:

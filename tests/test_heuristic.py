@@ -61,9 +61,9 @@ def controller(**kw) -> HeuristicController:
 def test_germinates_into_first_empty_enabled_slot_in_host_order() -> None:
     c = controller()
     d = c.decide(signals([slot("early"), slot("mid"), slot("late")]))
-    assert (d.op, d.slot, d.blueprint) == (LifecycleOp.GERMINATE, "early", "conv_light")
+    assert (d.op, d.slot, d.blueprint) == (LifecycleOp.GERMINATE, "early", "conv_heavy")
     d = c.decide(signals([slot("early", SeedStage.TRAINING), slot("mid"), slot("late")]))
-    assert (d.op, d.slot, d.blueprint) == (LifecycleOp.GERMINATE, "mid", "conv_heavy")
+    assert (d.op, d.slot, d.blueprint) == (LifecycleOp.GERMINATE, "mid", "conv_light")
     d = c.decide(signals([slot("early", SeedStage.EMBARGOED), slot("mid", SeedStage.FOSSILIZED), slot("late")]))
     assert d.slot == "late"
     disabled = dataclasses.replace(slot("early"), enabled=False)
@@ -101,13 +101,13 @@ def test_culled_blueprints_are_penalised_in_rotation() -> None:
     first = c.decide(signals(empty))
     c.observe(first, [])
     c.observe(Decision.wait(), [("early", StageChange(SeedStage.BLENDING, SeedStage.CULLED, "harmful"))])
-    assert c.penalty["conv_light"] > 0
+    assert c.penalty["conv_heavy"] > 0
     choices = [c.decide(signals(empty)).blueprint for _ in range(2 * len(c.rotation))]
-    assert "conv_light" not in choices  # penalised while every other blueprint is clean
-    assert set(choices) == set(c.rotation) - {"conv_light"}
+    assert "conv_heavy" not in choices  # penalised while every other blueprint is clean
+    assert set(choices) == set(c.rotation) - {"conv_heavy"}
     for _ in range(40):  # penalties decay every epoch; the blueprint comes back into rotation
         c.observe(Decision.wait(), [])
-    assert "conv_light" in [c.decide(signals(empty)).blueprint for _ in range(len(c.rotation))]
+    assert "conv_heavy" in [c.decide(signals(empty)).blueprint for _ in range(len(c.rotation))]
 
 
 def test_heuristic_fills_more_than_one_slot_end_to_end() -> None:

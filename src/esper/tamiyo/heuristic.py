@@ -6,14 +6,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from esper.kasmina.blueprints import Topology, blueprint_names, get_blueprint
+from esper.kasmina.lifecycle import StageChange
 from esper.leyline import BlendSchedule, Decision, LifecycleOp, SeedStage
 from esper.tamiyo.signals import TrainingSignals
 
 PREFERRED_BLUEPRINTS: dict[Topology, tuple[str, ...]] = {
-    Topology.CNN: ("conv_light", "conv_heavy", "depthwise", "bottleneck", "attention", "norm"),
+    Topology.CNN: ("conv_heavy", "conv_light", "depthwise", "bottleneck", "attention", "norm"),
     Topology.TRANSFORMER: ("mlp", "attention", "lora", "norm"),
 }
-"""Rotation order: blueprints that add the most capacity come first."""
+"""Rotation order: most parameters (capacity) first."""
 
 
 @dataclass(frozen=True)
@@ -107,14 +108,14 @@ class HeuristicController:
             )
         return Decision.wait()
 
-    def observe(self, decision: Decision, changes: Sequence[tuple[str, object]]) -> None:
+    def observe(self, decision: Decision, changes: Sequence[tuple[str, StageChange]]) -> None:
         """Learn from the step's outcome: which blueprint sits where, and which were culled."""
         if decision.op is LifecycleOp.GERMINATE and decision.slot is not None and decision.blueprint is not None:
             self._blueprint_in_slot[decision.slot] = decision.blueprint
         for name in self.penalty:
             self.penalty[name] *= self.config.penalty_decay
         for slot, change in changes:
-            if getattr(change, "target", None) is SeedStage.CULLED and slot in self._blueprint_in_slot:
+            if change.target is SeedStage.CULLED and slot in self._blueprint_in_slot:
                 self.penalty[self._blueprint_in_slot.pop(slot)] += self.config.cull_penalty
 
     def _choose_blueprint(self) -> str:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from esper.kasmina import GateInputs, GateRefused, MorphogeneticModel, StageChange
+from esper.kasmina import GateInputs, GateRefused, MorphogeneticModel, StageChange, get_blueprint
 from esper.leyline import Decision, GateThresholds, InvalidDecision, LifecycleOp, SeedStage
 from esper.nissa import Event
 from esper.tamiyo.signals import EpochMeasurements, SignalTracker, SlotSignals, TrainingSignals
@@ -156,6 +156,7 @@ class MorphogeneticEnv:
             raise RuntimeError("call reset() before step()")
         if self.epoch >= self.config.max_epochs:
             raise RuntimeError(f"episode is over: {self.config.max_epochs} epochs done; call reset()")
+        self._check(decision)
         self.epoch += 1
         changes = self._execute(decision)
         train = self._train_epoch()
@@ -182,22 +183,39 @@ class MorphogeneticEnv:
         return time.perf_counter() - self._started
 
     # ----------------------------------------------------------------- phases
+    def _check(self, decision: Decision) -> None:
+        """Refuse a decision that cannot be executed, before anything changes."""
+        assert self.model is not None
+        if decision.op is LifecycleOp.WAIT:
+            return
+        name = decision.slot
+        if name not in self.config.enabled_slots:
+            enabled = " ".join(self.config.enabled_slots)
+            raise InvalidDecision(f"{decision!r}: slot {name!r} is not enabled (enabled: {enabled})")
+        slot = self.model.slot(name)
+        if decision.op is LifecycleOp.GERMINATE:
+            assert decision.blueprint is not None
+            get_blueprint(self.model.topology, decision.blueprint)
+            if self.seeds_germinated >= self.config.max_seeds:
+                raise GateRefused(f"G0: seed budget of {self.config.max_seeds} germinations is spent")
+            result = slot.lifecycle.gate_germinate()
+        elif decision.op is LifecycleOp.FOSSILIZE:
+            result = slot.lifecycle.gate_fossilize(self._last_val.contribution(name))
+        else:
+            result = slot.lifecycle.gate_cull()
+        if not result.passed:
+            raise GateRefused(f"{decision!r}: {result.gate}: {result.reason}")
+
     def _execute(self, decision: Decision) -> list[tuple[str, StageChange]]:
-        """Carry out a decision on the state the controller saw."""
+        """Carry out a checked decision on the state the controller saw."""
         assert self.model is not None
         if decision.op is LifecycleOp.WAIT:
             return []
         name = decision.slot
         assert name is not None  # Decision guarantees a slot for every op but WAIT
-        if name not in self.config.enabled_slots:
-            raise InvalidDecision(
-                f"{decision!r}: slot {name!r} is not enabled (enabled: {' '.join(self.config.enabled_slots)})"
-            )
         slot = self.model.slot(name)
         if decision.op is LifecycleOp.GERMINATE:
             assert decision.blueprint is not None
-            if self.seeds_germinated >= self.config.max_seeds:
-                raise GateRefused(f"G0: seed budget of {self.config.max_seeds} germinations is spent")
             seed_id = f"seed-{self.seeds_germinated + 1}"
             with seeded_init(self._draw_seed()):
                 slot_changes = slot.germinate(decision.blueprint, seed_id, decision.schedule)

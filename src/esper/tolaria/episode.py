@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from esper.kasmina import StageChange
 from esper.leyline import Decision
 from esper.nissa import Event
 from esper.tamiyo.signals import TrainingSignals
@@ -15,7 +16,7 @@ from esper.tolaria.environment import MorphogeneticEnv, SeedRecord
 class Controller(Protocol):
     def reset(self) -> None: ...
     def decide(self, signals: TrainingSignals) -> Decision: ...
-    def observe(self, decision: Decision, changes: Sequence[tuple[str, object]]) -> None: ...
+    def observe(self, decision: Decision, changes: Sequence[tuple[str, StageChange]]) -> None: ...
 
 
 @dataclass(frozen=True)

@@ -75,7 +75,7 @@ TASKS: dict[str, TaskSpec] = {
             topology=Topology.CNN,
             build_host=lambda: CNNHost(in_channels=3, num_classes=10, width=8, depth=3),
             load_data=lambda _: load_shapes(
-                SHAPES_DATA_SEED, n_train=50_000, n_val=2000, image_size=16, samples_per_epoch=5000
+                SHAPES_DATA_SEED, n_train=50_000, n_val=2000, image_size=16, samples_per_epoch=10_000
             ),
             needs_data_dir=False,
             batch_size=100,
