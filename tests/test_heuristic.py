@@ -63,7 +63,7 @@ def test_germinates_into_first_empty_enabled_slot_in_host_order() -> None:
     d = c.decide(signals([slot("early"), slot("mid"), slot("late")]))
     assert (d.op, d.slot, d.blueprint) == (LifecycleOp.GERMINATE, "early", "conv_heavy")
     d = c.decide(signals([slot("early", SeedStage.TRAINING), slot("mid"), slot("late")]))
-    assert (d.op, d.slot, d.blueprint) == (LifecycleOp.GERMINATE, "mid", "conv_light")
+    assert (d.op, d.slot, d.blueprint) == (LifecycleOp.GERMINATE, "mid", "conv_heavy")  # its own rotation
     d = c.decide(signals([slot("early", SeedStage.EMBARGOED), slot("mid", SeedStage.FOSSILIZED), slot("late")]))
     assert d.slot == "late"
     disabled = dataclasses.replace(slot("early"), enabled=False)
@@ -78,6 +78,8 @@ def test_respects_warmup_plateau_cooldown_and_budget() -> None:
     assert c.decide(signals(empty, since=2)).op is LifecycleOp.WAIT
     assert c.decide(signals(empty, germinated=6, max_seeds=6)).op is LifecycleOp.WAIT
     assert c.decide(signals(empty, max_seeds=0)).op is LifecycleOp.WAIT
+    assert c.decide(signals(empty, epoch=19)).op is LifecycleOp.WAIT  # too late for a seed to pay
+    assert c.decide(signals(empty, epoch=18)).op is LifecycleOp.GERMINATE
     assert c.decide(signals(empty)).op is LifecycleOp.GERMINATE
 
 
@@ -87,12 +89,25 @@ def test_fossilizes_a_contributing_seed_and_culls_a_harmful_one() -> None:
         signals([slot("early", SeedStage.PROBATIONARY, 0.2), slot("mid", SeedStage.PROBATIONARY, 2.0), slot("late")])
     )
     assert (d.op, d.slot) == (LifecycleOp.FOSSILIZE, "mid")
-    d = c.decide(signals([slot("early", SeedStage.BLENDING, -1.0), slot("mid"), slot("late")]))
+    d = c.decide(signals([slot("early", SeedStage.PROBATIONARY, -1.0), slot("mid"), slot("late")], plateau=0))
+    assert (d.op, d.slot) == (LifecycleOp.CULL, "early")
+    # a seed still blending in is given time: only a large dip culls it
+    d = c.decide(signals([slot("early", SeedStage.BLENDING, -1.0), slot("mid"), slot("late")], plateau=0))
+    assert d.op is LifecycleOp.WAIT
+    d = c.decide(signals([slot("early", SeedStage.BLENDING, -4.0), slot("mid"), slot("late")], plateau=0))
     assert (d.op, d.slot) == (LifecycleOp.CULL, "early")
     d = c.decide(
         signals([slot("early", SeedStage.TRAINING, grad_norm=float("inf")), slot("mid"), slot("late")], plateau=0)
     )
     assert (d.op, d.slot) == (LifecycleOp.CULL, "early")
+
+
+def test_each_slot_rotates_through_the_blueprints() -> None:
+    c = controller()
+    empty = [slot(n) for n in SLOTS]
+    assert [c.decide(signals(empty)).blueprint for _ in c.rotation] == list(c.rotation)
+    occupied_early = [slot("early", SeedStage.FOSSILIZED), slot("mid"), slot("late")]
+    assert c.decide(signals(occupied_early)).blueprint == c.rotation[0]
 
 
 def test_culled_blueprints_are_penalised_in_rotation() -> None:

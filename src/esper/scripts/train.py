@@ -215,6 +215,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except TelemetryError as exc:
         print(f"esper: error: {exc}", file=sys.stderr)
         return 1
+    except BrokenPipeError:
+        # stdout was closed (e.g. `esper heuristic | head`): stop quietly, as Unix tools do.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     return 0
 
 

@@ -28,7 +28,13 @@ class HeuristicConfig:
     fossilize_threshold: float = 0.5
     """Keep a probationary seed whose counterfactual contribution is at least this (points)."""
     cull_threshold: float = -0.5
-    """Remove a blended seed whose contribution falls below this (points)."""
+    """Remove a probationary seed whose contribution falls below this (points)."""
+    blending_cull_threshold: float = -3.0
+    """Remove a seed still blending in only below this: at partial alpha, before the host has
+    adapted, a small dip is expected and says little."""
+    min_epochs_left: int = 7
+    """Do not germinate when fewer epochs remain: a seed needs about this many (3 training,
+    3 blending, 1 probation) before it can be judged and kept."""
     cull_penalty: float = 1.0
     """Added to a blueprint's penalty each time one of its seeds is culled."""
     penalty_decay: float = 0.8
@@ -43,11 +49,13 @@ class HeuristicController:
     """Decides one op per epoch, checking in this order:
 
     1. fossilize the first probationary seed whose contribution clears `fossilize_threshold`;
-    2. cull the first blended seed whose contribution is below `cull_threshold`, or any live
-       seed whose gradients explode;
+    2. cull the first probationary seed whose contribution is below `cull_threshold`, the first
+       blending seed below `blending_cull_threshold`, or any live seed whose gradients explode;
     3. germinate into the first empty enabled slot (host order) when the run has plateaued,
-       past warm-up and cooldown, within the seed budget; the blueprint is the next in rotation
-       with the lowest penalty for recent culls;
+       past warm-up and cooldown, with at least `min_epochs_left` epochs to go, within the
+       seed budget. Each slot rotates through the
+       blueprints on its own, starting with the largest; the blueprint is the next in that
+       slot's rotation with the lowest penalty for recent culls (anywhere);
     4. otherwise wait.
     """
 
@@ -68,8 +76,8 @@ class HeuristicController:
         self.reset()
 
     def reset(self) -> None:
-        """Start of an episode: rotation restarts, penalties clear."""
-        self._next = 0
+        """Start of an episode: every slot's rotation restarts, penalties clear."""
+        self._next = dict.fromkeys(self.enabled_slots, 0)
         self.penalty = dict.fromkeys(self.rotation, 0.0)
         self._blueprint_in_slot: dict[str, str] = {}
 
@@ -85,20 +93,22 @@ class HeuristicController:
             ):
                 return Decision(LifecycleOp.FOSSILIZE, s.name, reason=f"contribution {s.contribution:.2f}")
         for s in slots:
-            blended = s.stage in (SeedStage.BLENDING, SeedStage.PROBATIONARY)
-            if blended and s.contribution is not None and s.contribution < c.cull_threshold:
+            threshold = {SeedStage.BLENDING: c.blending_cull_threshold, SeedStage.PROBATIONARY: c.cull_threshold}
+            limit = threshold.get(s.stage)
+            if limit is not None and s.contribution is not None and s.contribution < limit:
                 return Decision(LifecycleOp.CULL, s.name, reason=f"harmful: contribution {s.contribution:.2f}")
             if s.stage in (SeedStage.TRAINING, SeedStage.BLENDING, SeedStage.PROBATIONARY) and s.grad_exploding:
                 return Decision(LifecycleOp.CULL, s.name, reason=f"exploding gradient {s.grad_norm}")
         ready = (
             signals.epoch >= c.warmup_epochs
+            and signals.max_epochs - signals.epoch >= c.min_epochs_left
             and signals.plateau_epochs >= c.plateau_patience
             and signals.epochs_since_germination >= c.germination_cooldown
             and signals.seeds_germinated < signals.max_seeds
         )
         empty = [s for s in slots if s.stage is SeedStage.DORMANT]
         if ready and empty:
-            blueprint = self._choose_blueprint()
+            blueprint = self._choose_blueprint(empty[0].name)
             return Decision(
                 LifecycleOp.GERMINATE,
                 empty[0].name,
@@ -118,14 +128,13 @@ class HeuristicController:
             if change.target is SeedStage.CULLED and slot in self._blueprint_in_slot:
                 self.penalty[self._blueprint_in_slot.pop(slot)] += self.config.cull_penalty
 
-    def _choose_blueprint(self) -> str:
-        n = len(self.rotation)
+    def _choose_blueprint(self, slot: str) -> str:
+        n, start = len(self.rotation), self._next[slot]
         floor = self.config.penalty_forgotten_below
         order = []
         for k in range(n):
-            penalty = self.penalty[self.rotation[(self._next + k) % n]]
+            penalty = self.penalty[self.rotation[(start + k) % n]]
             order.append((penalty if penalty >= floor else 0.0, k))
         _, k = min(order)
-        choice = self.rotation[(self._next + k) % n]
-        self._next = (self._next + k + 1) % n
-        return choice
+        self._next[slot] = (start + k + 1) % n
+        return self.rotation[(start + k) % n]
