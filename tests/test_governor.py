@@ -18,8 +18,8 @@ def test_judge_flags_non_finite_and_blowups_only() -> None:
     assert gov.judge(float("nan"), 1.0) is not None
     assert gov.judge(1.0, float("inf")) is not None
     assert gov.judge(100.0, 1.0) is None  # no history yet: only non-finite values count
-    gov.record_healthy(1.0, {}, {})
-    gov.record_healthy(1.2, {}, {})
+    gov.record_healthy(1.0, {}, {}, {})
+    gov.record_healthy(1.2, {}, {}, {})
     assert gov.judge(3.2, 1.0) is None
     assert "blow-up" in gov.judge(3.4, 1.0)
 
@@ -112,10 +112,104 @@ def test_snapshot_is_not_aliased_by_later_training(monkeypatch: pytest.MonkeyPat
     """Rolling back twice to the same snapshot restores the same values both times."""
     env = make_env(max_epochs=8)
     env.reset(0)
-    env.step(Decision(LifecycleOp.GERMINATE, "mid", "conv_light"))
+    env.step(Decision.wait())
     reference = {k: v.clone() for k, v in env.model.state_dict().items() if isinstance(v, torch.Tensor)}
     for _ in range(2):
         poison_next_epoch(env, monkeypatch)
         assert env.step(Decision.wait()).panic is not None
         restored = env.model.state_dict()
         assert all(torch.equal(restored[k], v) for k, v in reference.items())
+
+
+def poison_seed_next_epoch(env: MorphogeneticEnv, slot: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make one seed (not the host) diverge in the next epoch."""
+    original = env._train_epoch
+
+    def poisoned():
+        with torch.no_grad():
+            next(env.model.slot(slot).seed.parameters()).fill_(float("inf"))
+        monkeypatch.setattr(env, "_train_epoch", original)
+        return original()
+
+    monkeypatch.setattr(env, "_train_epoch", poisoned)
+
+
+def test_a_diverging_seed_in_training_cannot_poison_the_host() -> None:
+    """Straight-through: a non-finite seed in TRAINING leaves the output finite; the seed is culled."""
+    env = make_env(max_epochs=6)
+    env.reset(0)
+    env.step(Decision(LifecycleOp.GERMINATE, "mid", "conv_light"))
+    with torch.no_grad():
+        next(env.model.slot("mid").seed.parameters()).fill_(float("nan"))
+    result = env.step(Decision.wait())
+    assert result.panic is None and math.isfinite(result.signals.train_loss)
+    assert [(s, c.target) for s, c in result.changes] == [("mid", SeedStage.CULLED)]
+    assert_consistent_and_trainable(env)
+
+
+def test_a_diverging_blended_seed_is_rolled_back_then_culled(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A blended seed that diverges spreads NaN into the host, so the first rollback cannot
+    tell who failed and culls nothing; when it happens again, the non-finite seed is culled."""
+    env = make_env(max_epochs=12)
+    env.reset(0)
+    env.step(Decision(LifecycleOp.GERMINATE, "late", "conv_light"))
+    while env.model.slot("late").stage is not SeedStage.BLENDING:
+        env.step(Decision.wait())
+    host_before = [p.clone() for p in env.model.host.parameters()]
+    poison_seed_next_epoch(env, "late", monkeypatch)
+    first = env.step(Decision.wait())
+    assert first.panic is not None and first.changes == ()
+    assert env.model.slot("late").stage is SeedStage.BLENDING
+    poison_seed_next_epoch(env, "late", monkeypatch)
+    result = env.step(Decision.wait())
+    assert result.panic is not None
+    assert [(s, c.target) for s, c in result.changes] == [("late", SeedStage.CULLED)]
+    assert "diverged" in result.changes[0][1].reason
+    assert all(torch.equal(a, b) for a, b in zip(host_before, env.model.host.parameters(), strict=True))
+    assert env.records[0].final_stage == "CULLED"
+    assert_consistent_and_trainable(env)
+
+
+def test_a_panicked_step_reports_no_undone_transition_and_restores_counters(monkeypatch: pytest.MonkeyPatch) -> None:
+    env = make_env(max_epochs=8, max_seeds=1)
+    env.reset(0)
+    env.step(Decision.wait())
+    poison_next_epoch(env, monkeypatch)
+    result = env.step(Decision(LifecycleOp.GERMINATE, "early", "conv_light"))
+    assert result.panic is not None and result.changes == ()
+    assert env.seeds_germinated == 0 and result.signals.seeds_germinated == 0  # the budget is not spent
+    assert result.signals.epochs_since_germination == result.signals.epoch
+    env.step(Decision(LifecycleOp.GERMINATE, "early", "conv_light"))
+    assert env.records[-1].seed_id == "seed-2"  # ids stay unique even across a rollback
+
+
+def test_a_loss_blowup_without_nan_rolls_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    env = make_env(max_epochs=8)
+    env.reset(0)
+    for _ in range(3):
+        env.step(Decision.wait())
+    reference = {k: v.clone() for k, v in env.model.state_dict().items() if isinstance(v, torch.Tensor)}
+    original = env._train_epoch
+
+    def exploding():
+        with torch.no_grad():
+            env.model.host.segments[-1][-1].weight.mul_(1e4)  # huge but finite logits
+        monkeypatch.setattr(env, "_train_epoch", original)
+        return original()
+
+    monkeypatch.setattr(env, "_train_epoch", exploding)
+    result = env.step(Decision.wait())
+    assert result.panic is not None and "blow-up" in result.panic
+    restored = env.model.state_dict()
+    assert all(torch.equal(restored[k], v) for k, v in reference.items())
+
+
+def test_repeated_rollbacks_end_the_episode(monkeypatch: pytest.MonkeyPatch) -> None:
+    env = make_env(max_epochs=20, governor=GovernorConfig(max_consecutive_rollbacks=2))
+    env.reset(0)
+    poison_next_epoch(env, monkeypatch)
+    first = env.step(Decision.wait())
+    assert first.panic is not None and not first.done
+    poison_next_epoch(env, monkeypatch)
+    second = env.step(Decision.wait())
+    assert second.done and "2 consecutive rollbacks" in second.panic

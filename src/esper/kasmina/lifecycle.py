@@ -58,8 +58,19 @@ class GateRefused(RuntimeError):
     """An operation was asked for while its gate does not pass (a controller or mask bug)."""
 
 
+def gradient_is_vanishing(grad_norm: float | None) -> bool:
+    """A measured gradient norm too small for the seed to be learning."""
+    return grad_norm is not None and grad_norm <= GRAD_NORM_VANISHING
+
+
+def gradient_is_exploding(grad_norm: float | None) -> bool:
+    """A measured gradient norm that is non-finite or too large to be stable."""
+    return grad_norm is not None and (not math.isfinite(grad_norm) or grad_norm >= GRAD_NORM_EXPLODING)
+
+
 def gradient_is_healthy(grad_norm: float | None) -> bool:
-    return grad_norm is not None and math.isfinite(grad_norm) and GRAD_NORM_VANISHING < grad_norm < GRAD_NORM_EXPLODING
+    """Measured, and neither vanishing nor exploding: what G2 asks for."""
+    return grad_norm is not None and not gradient_is_vanishing(grad_norm) and not gradient_is_exploding(grad_norm)
 
 
 @dataclass

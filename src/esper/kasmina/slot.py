@@ -85,14 +85,16 @@ class SeedSlot(nn.Module):
         self._drop_if_culled(changes)
         return changes
 
-    def seed_is_finite(self) -> bool:
-        """One host-device sync; called once per lifecycle event, not in a hot loop."""
-        if self.seed is None:
-            return True
-        params = list(self.seed.parameters())
+    def finite_flag(self) -> torch.Tensor:
+        """Whether every seed parameter is finite, as a 0-d bool tensor on the seed's device (no sync)."""
+        params = [] if self.seed is None else list(self.seed.parameters())
         if not params:
-            return True
-        return bool(torch.stack([torch.isfinite(p).all() for p in params]).all())
+            return torch.ones((), dtype=torch.bool, device=self._anchor.device)
+        return torch.stack([torch.isfinite(p).all() for p in params]).all()
+
+    def seed_is_finite(self) -> bool:
+        """One host-device sync; called once per germination, not in a hot loop."""
+        return bool(self.finite_flag())
 
     # ----------------------------------------------------------------- persistence
     def get_extra_state(self) -> dict[str, Any]:
@@ -103,9 +105,12 @@ class SeedSlot(nn.Module):
         self.lifecycle.load_state_dict(state["lifecycle"])
         self._uninstall()
         if self.lifecycle.has_seed:
-            self._install(
-                get_blueprint(self.topology, state["blueprint"]).build(self.dim), state["blueprint"], state["seed_id"]
-            )
+            with torch.random.fork_rng(devices=[]):  # the weights are overwritten: leave the global RNG be
+                self._install(
+                    get_blueprint(self.topology, state["blueprint"]).build(self.dim),
+                    state["blueprint"],
+                    state["seed_id"],
+                )
 
     # ----------------------------------------------------------------- internals
     def _install(self, module: nn.Module, blueprint: str, seed_id: str) -> None:

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, field
 
 from esper.leyline import SeedStage
-from esper.leyline.constants import GRAD_NORM_EXPLODING, GRAD_NORM_VANISHING
+from esper.kasmina.lifecycle import gradient_is_exploding, gradient_is_vanishing
 
 PLATEAU_MIN_DELTA: float = 0.5
 """Validation accuracy must beat its best by this many points to end a plateau."""
@@ -95,13 +95,11 @@ class SignalTracker:
     _best: float = field(default=-math.inf, init=False)
     _plateau: int = field(default=0, init=False)
     _previous: EpochMeasurements | None = field(default=None, init=False)
-    _last_germination_epoch: int | None = field(default=None, init=False)
+    last_germination_epoch: int | None = field(default=None, init=False)
+    """Epoch of the latest germination; the env restores it when the governor rolls back."""
 
     def reset(self) -> None:
-        self._best, self._plateau, self._previous, self._last_germination_epoch = -math.inf, 0, None, None
-
-    def note_germination(self, epoch: int) -> None:
-        self._last_germination_epoch = epoch
+        self._best, self._plateau, self._previous, self.last_germination_epoch = -math.inf, 0, None, None
 
     def update(
         self,
@@ -120,7 +118,7 @@ class SignalTracker:
             self._plateau += 1
         self._best = max(self._best, measured.val_accuracy)
         self._previous = measured
-        since = epoch if self._last_germination_epoch is None else epoch - self._last_germination_epoch
+        since = epoch if self.last_germination_epoch is None else epoch - self.last_germination_epoch
         return TrainingSignals(
             epoch=epoch,
             max_epochs=max_epochs,

@@ -106,9 +106,10 @@ def cosine_lr_factor(epoch: int, max_epochs: int) -> float:
 
 @contextlib.contextmanager
 def seeded_init(seed: int) -> Iterator[None]:
-    """Build modules from a private CPU RNG stream, leaving the global RNG untouched."""
+    """Build modules from a private CPU RNG stream; the global CPU and CUDA RNG states are
+    left as they were (modules are built on the CPU, then moved)."""
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+        torch.random.default_generator.manual_seed(seed)
         yield
 
 
@@ -124,6 +125,7 @@ class MorphogeneticEnv:
         self.governor = Governor(config.governor)
         self.episode = -1
         self.model: MorphogeneticModel | None = None
+        self._seeds_created = 0  # over the env's lifetime, so seed ids are unique per env
 
     # ----------------------------------------------------------------- public API
     def reset(self, seed: int, episode: int | None = None) -> TrainingSignals:
@@ -147,7 +149,7 @@ class MorphogeneticEnv:
         val = self._validate()
         measured = EpochMeasurements(val.loss, val.accuracy, val.loss, val.accuracy)
         self._last_val, self._last_grads = val, {}
-        self.governor.record_healthy(val.loss, self.model.state_dict(), self._optimizer_states())
+        self._record_healthy(val.loss)
         self.signals = self._observe(measured, val)
         return self.signals
 
@@ -162,22 +164,23 @@ class MorphogeneticEnv:
         train = self._train_epoch()
         val = self._validate()
         panic = self.governor.judge(train.loss, val.loss)
-        if panic is not None:
-            self._rollback(panic)
-            val = self._last_val
-            measured = self._last_measured
-        else:
+        if panic is None:
             changes += self._tick(train, val)
             measured = EpochMeasurements(train.loss, train.accuracy, val.loss, val.accuracy)
             self._last_val, self._last_grads = val, train.seed_grad_norm
-            self.governor.record_healthy(train.loss, self.model.state_dict(), self._optimizer_states())
+            self._record_healthy(train.loss)
+        else:
+            # The step's transitions are undone with the rest of the state, so none is reported;
+            # a seed that diverged in the failed epoch is culled so it cannot diverge again.
+            self._rollback(panic)
+            changes = self._cull_diverged(train)
+            val, measured = self._last_val, self._last_measured
         self.signals = self._observe(measured, val)
-        done = self.epoch >= self.config.max_epochs
+        done = self.epoch >= self.config.max_epochs or self.governor.gave_up
+        if panic is not None and self.governor.gave_up:
+            panic += f"; episode ended after {self.governor.consecutive_rollbacks} consecutive rollbacks"
         self._emit_epoch(self.signals, decision)
         return StepResult(self.signals, tuple(changes), panic, done)
-
-    def seed_params(self) -> int:
-        return 0 if self.model is None else self.model.seed_param_count()
 
     def episode_seconds(self) -> float:
         return time.perf_counter() - self._started
@@ -216,11 +219,12 @@ class MorphogeneticEnv:
         slot = self.model.slot(name)
         if decision.op is LifecycleOp.GERMINATE:
             assert decision.blueprint is not None
-            seed_id = f"seed-{self.seeds_germinated + 1}"
+            self._seeds_created += 1
+            seed_id = f"seed-{self._seeds_created}"
             with seeded_init(self._draw_seed()):
                 slot_changes = slot.germinate(decision.blueprint, seed_id, decision.schedule)
             self.seeds_germinated += 1
-            self.tracker.note_germination(self.epoch)
+            self.tracker.last_germination_epoch = self.epoch
             record = SeedRecord(
                 seed_id, name, decision.blueprint, decision.schedule.name.lower(), slot.param_count(), []
             )
@@ -266,10 +270,12 @@ class MorphogeneticEnv:
         return changes
 
     def _rollback(self, reason: str) -> None:
-        """Restore model, lifecycles and optimizers to the last healthy epoch."""
+        """Restore model, lifecycles, optimizers and counters to the last healthy epoch."""
         assert self.model is not None
         snapshot = self.governor.last_snapshot()
         self.model.load_state_dict(snapshot.model)
+        self.seeds_germinated = snapshot.counters["seeds_germinated"]
+        self.tracker.last_germination_epoch = snapshot.counters["last_germination_epoch"]
         self.host_optimizer.load_state_dict(snapshot.optimizers["host"])
         self.seed_optimizers = {}
         for slot in self.model.ordered_slots():
@@ -280,6 +286,34 @@ class MorphogeneticEnv:
                 self.seed_optimizers[name] = opt
         self._sync_records_after_rollback()
         self.emit(Event("governor_rollback", self.episode, self.epoch, {"reason": reason}))
+
+    def _cull_diverged(self, train: TrainStats) -> list[tuple[str, StageChange]]:
+        """After a rollback: cull the restored live seeds that went non-finite in the failed epoch,
+        when the blame is clear (the host's own parameters stayed finite) or the rollbacks repeat.
+
+        A diverging host spreads NaN into every seed's gradients, so a non-finite seed alone does
+        not prove the seed was the cause; a second rollback in a row settles it.
+        """
+        assert self.model is not None
+        if not train.host_finite and self.governor.consecutive_rollbacks < 2:
+            return []
+        changes: list[tuple[str, StageChange]] = []
+        for slot in self.model.ordered_slots():
+            name = slot.slot_id.name
+            grad = train.seed_grad_norm.get(name)
+            diverged = not train.seed_finite.get(name, True) or (grad is not None and not math.isfinite(grad))
+            if diverged and slot.lifecycle.is_live:
+                changes += self._log_changes(name, [slot.cull("governor: seed diverged")])
+                self.seed_optimizers.pop(name, None)
+        return changes
+
+    def _record_healthy(self, train_loss: float) -> None:
+        assert self.model is not None
+        counters = {
+            "seeds_germinated": self.seeds_germinated,
+            "last_germination_epoch": self.tracker.last_germination_epoch,
+        }
+        self.governor.record_healthy(train_loss, self.model.state_dict(), self._optimizer_states(), counters)
 
     def _observe(self, measured: EpochMeasurements, val: ValidationStats) -> TrainingSignals:
         assert self.model is not None

@@ -19,6 +19,8 @@ class GovernorConfig:
     """How many recent healthy epoch losses form that mean."""
     min_history: int = 2
     """Blow-ups are judged only once this many healthy epochs are known; NaN/Inf always are."""
+    max_consecutive_rollbacks: int = 3
+    """After this many rollbacks in a row the env gives up and ends the episode."""
 
 
 def _clone(value: Any) -> Any:
@@ -34,10 +36,11 @@ def _clone(value: Any) -> Any:
 @dataclass
 class Snapshot:
     """Everything needed to put an env back: the model state dict (slot lifecycles and seed
-    structure included), and the state of every optimizer by name."""
+    structure included), the state of every optimizer by name, and the env's own counters."""
 
     model: dict[str, Any]
     optimizers: dict[str, dict[str, Any]]
+    counters: dict[str, Any]
 
 
 class Governor:
@@ -48,11 +51,17 @@ class Governor:
         self._losses: deque[float] = deque(maxlen=self.config.history)
         self._snapshot: Snapshot | None = None
         self.rollbacks = 0
+        self.consecutive_rollbacks = 0
 
     def reset(self) -> None:
         self._losses.clear()
         self._snapshot = None
         self.rollbacks = 0
+        self.consecutive_rollbacks = 0
+
+    @property
+    def gave_up(self) -> bool:
+        return self.consecutive_rollbacks >= self.config.max_consecutive_rollbacks
 
     def judge(self, train_loss: float, val_loss: float) -> str | None:
         """The reason this epoch is a panic, or None when it is healthy."""
@@ -66,14 +75,21 @@ class Governor:
         return None
 
     def record_healthy(
-        self, train_loss: float, model_state: dict[str, Any], optimizer_states: dict[str, dict[str, Any]]
+        self,
+        train_loss: float,
+        model_state: dict[str, Any],
+        optimizer_states: dict[str, dict[str, Any]],
+        counters: dict[str, Any],
     ) -> None:
         self._losses.append(train_loss)
-        self._snapshot = Snapshot(_clone(model_state), _clone(optimizer_states))
+        self.consecutive_rollbacks = 0
+        self._snapshot = Snapshot(_clone(model_state), _clone(optimizer_states), dict(counters))
 
     def last_snapshot(self) -> Snapshot:
         if self._snapshot is None:
             raise RuntimeError("the governor has no healthy snapshot to roll back to")
         self.rollbacks += 1
+        self.consecutive_rollbacks += 1
         # A copy: restoring must not let later optimizer steps write into the kept snapshot.
-        return Snapshot(_clone(self._snapshot.model), _clone(self._snapshot.optimizers))
+        snap = self._snapshot
+        return Snapshot(_clone(snap.model), _clone(snap.optimizers), dict(snap.counters))

@@ -82,7 +82,7 @@ TASKS: dict[str, TaskSpec] = {
             host_lr=3e-3,
             seed_lr=3e-3,
             weight_decay=1e-4,
-            max_epochs=25,
+            max_epochs=40,
         ),
         TaskSpec(
             name="pydoc",

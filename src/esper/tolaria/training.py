@@ -34,6 +34,8 @@ class TrainStats:
     """Mean gradient norm of each seed over the epoch, by slot."""
     seed_finite: dict[str, bool]
     """Whether each seed's parameters are all finite after the epoch, by slot."""
+    host_finite: bool
+    """Whether the host's own parameters are all finite after the epoch."""
 
 
 @dataclass(frozen=True)
@@ -88,21 +90,19 @@ def train_epoch(
         n_items += y.numel()
     if n_steps == 0:
         raise ValueError("the training data yielded no batch: the dataset is smaller than one batch")
-    finite = [torch.stack([torch.isfinite(p).all() for p in s.seed.parameters()]).all() for s in seeded]  # type: ignore[union-attr]
-    packed = torch.cat(
-        [
-            torch.stack([loss_sum, correct.float()]),
-            grad_sums,
-            torch.stack(finite).float() if finite else grad_sums.new_zeros(0),
-        ]
-    ).tolist()  # the one sync of the epoch
+    finite = [s.finite_flag() for s in seeded]
+    host_finite = torch.stack([torch.isfinite(p).all() for p in model.host_parameters()]).all()
+    head = torch.stack([loss_sum, correct.float(), host_finite.float()])
+    flags = torch.stack(finite).float() if finite else grad_sums.new_zeros(0)
+    packed = torch.cat([head, grad_sums, flags]).tolist()  # the one sync of the epoch
     names = [s.slot_id.name for s in seeded]
     k = len(names)
     return TrainStats(
         loss=packed[0] / n_steps,
         accuracy=100.0 * packed[1] / n_items,
-        seed_grad_norm={n: g / n_steps for n, g in zip(names, packed[2 : 2 + k], strict=True)},
-        seed_finite={n: f > 0.5 for n, f in zip(names, packed[2 + k :], strict=True)},
+        seed_grad_norm={n: g / n_steps for n, g in zip(names, packed[3 : 3 + k], strict=True)},
+        seed_finite={n: f > 0.5 for n, f in zip(names, packed[3 + k :], strict=True)},
+        host_finite=packed[2] > 0.5,
     )
 
 
