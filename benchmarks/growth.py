@@ -36,8 +36,9 @@ def main() -> None:
     start = time.perf_counter()
     for seed in range(args.seeds):
         for arm, max_seeds in (("grown", DEFAULT_MAX_SEEDS), ("static", 0)):
-            env = MorphogeneticEnv(EnvConfig(task, torch.device("cpu"), epochs, slots, max_seeds), data)
-            outcome = run_episode(env, HeuristicController(task.topology, slots), seed=seed, episode=seed)
+            config = EnvConfig(task, torch.device("cpu"), epochs, slots, max_seeds)
+            controller = HeuristicController(task.topology, slots, thresholds=config.thresholds)
+            outcome = run_episode(MorphogeneticEnv(config, data), controller, seed=seed, episode=seed)
             results[arm].append(round(outcome.final_val_accuracy, 2))
             if arm == "grown":
                 seed_counts.append(sum(r.final_stage == "FOSSILIZED" for r in outcome.records))

@@ -351,10 +351,11 @@ def test_in_process_run_records_seeds(
 ) -> None:
     monkeypatch.setitem(TASKS, "shapes", plateau_task(shapes_task))
     run_dir = tmp_path / "run"
-    assert main(["heuristic", "--max-epochs", "5", "--run-dir", str(run_dir)]) == 0
+    assert main(["heuristic", "--max-epochs", "12", "--episodes", "2", "--run-dir", str(run_dir)]) == 0
     out, err = capsys.readouterr()
     assert err == ""
-    assert sum(line.startswith("[episode 0 epoch") and "val_acc" in line for line in out.splitlines()) == 5
+    assert sum(line.startswith("[episode 0 epoch") and "val_acc" in line for line in out.splitlines()) == 12
+    assert sum(line.startswith("[episode 1 epoch") and "val_acc" in line for line in out.splitlines()) == 12
 
     summary = json.loads((run_dir / "summary.json").read_text())
     check_summary_shape(summary, "shapes")
@@ -364,6 +365,11 @@ def test_in_process_run_records_seeds(
     events = read_events(run_dir / "events.jsonl")
     germinations = [e for e in events if e["kind"] == "stage_change" and e["target"] == "GERMINATED"]
     assert sorted(e["seed_id"] for e in germinations) == sorted(s["seed_id"] for s in seeds)
+    assert len({s["seed_id"] for s in seeds}) == len(seeds), "seed ids are unique across the env's episodes"
+    assert {s["episode"] for s in seeds} == {0, 1}
+    per_episode = summary["final_val_accuracy_per_episode"]
+    assert len(per_episode) == 2 and summary["final_val_accuracy"] == pytest.approx(sum(per_episode) / 2)
+    assert oct((run_dir / "summary.json").stat().st_mode & 0o777) != oct(0o600), "the report is readable by others"
     assert tree(workdir) == {}
 
 
@@ -402,7 +408,7 @@ def test_in_process_run_quiet_and_restricted_slots(
             [
                 "heuristic",
                 "--max-epochs",
-                "5",
+                "12",
                 "--slots",
                 "late",
                 "--quiet",
@@ -418,4 +424,25 @@ def test_in_process_run_quiet_and_restricted_slots(
     assert summary["config"]["slots"] == ["late"]
     assert summary["slots"]["early"] == [] and summary["slots"]["mid"] == []
     assert summary["slots"]["late"], "the only enabled slot should get the seed"
-    assert len([e for e in read_events(run_dir / "events.jsonl") if e["kind"] == "epoch"]) == 5
+    assert len([e for e in read_events(run_dir / "events.jsonl") if e["kind"] == "epoch"]) == 12
+
+
+def test_unreadable_data_folder_and_run_dir(
+    workdir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    real_is_dir, real_exists = Path.is_dir, Path.exists
+
+    def denied(real):
+        def check(self: Path) -> bool:
+            if locked in (self, *self.parents):
+                raise PermissionError(13, "Permission denied", str(self))
+            return real(self)
+
+        return check
+
+    monkeypatch.setattr(Path, "is_dir", denied(real_is_dir))
+    monkeypatch.setattr(Path, "exists", denied(real_exists))
+    check_usage_error(capsys, ["heuristic", "--task", "cifar10", "--data-dir", str(locked)], "Permission denied")
+    check_usage_error(capsys, ["heuristic", "--run-dir", str(locked / "run")], "Permission denied")

@@ -568,3 +568,31 @@ def test_real_task_uses_env_then_flag(monkeypatch: pytest.MonkeyPatch, tmp_path:
     task = get_task("cifar10")
     assert task.resolve_data_dir(None) == tmp_path / "from_env"
     assert task.resolve_data_dir(str(tmp_path / "from_flag")) == tmp_path / "from_flag"
+
+
+def _deny(monkeypatch: pytest.MonkeyPatch, method: str, target: Path) -> None:
+    """Make `Path.<method>` fail with EACCES on `target`, as for a mode-000 folder (root ignores modes)."""
+    real = getattr(Path, method)
+
+    def denied(self: Path, *args, **kwargs):
+        if self == target:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, method, denied)
+
+
+def test_unreadable_cifar_folder_is_a_dataset_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    _deny(monkeypatch, "is_dir", locked)
+    with pytest.raises(DatasetError, match=r"cannot read .*locked.*Permission denied"):
+        load_cifar10(locked)
+
+
+def test_unreadable_text_path_is_a_dataset_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    locked = tmp_path / "corpus.txt"
+    locked.write_text("hello " * 100)
+    _deny(monkeypatch, "is_file", locked)
+    with pytest.raises(DatasetError, match="Permission denied"):
+        load_text_corpus(locked, block_size=8, val_fraction=0.1)

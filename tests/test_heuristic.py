@@ -7,7 +7,7 @@ import dataclasses
 from conftest import make_env
 from esper.kasmina import Topology
 from esper.kasmina.lifecycle import StageChange
-from esper.leyline import Decision, LifecycleOp, SeedStage
+from esper.leyline import Decision, GateThresholds, LifecycleOp, SeedStage
 from esper.tamiyo import HeuristicConfig, HeuristicController, SlotSignals, TrainingSignals
 from esper.tolaria.episode import run_episode
 
@@ -54,15 +54,26 @@ def signals(slots, epoch=5, plateau=3, germinated=0, since=10, max_seeds=6) -> T
     )
 
 
+def germinated(decision: Decision) -> list[tuple[str, StageChange]]:
+    """The changes an env reports when it executes a GERMINATE decision."""
+    return [(decision.slot, StageChange(SeedStage.DORMANT, SeedStage.GERMINATED, "G0"))]
+
+
+def decide_and_execute(c: HeuristicController, s: TrainingSignals) -> Decision:
+    d = c.decide(s)
+    c.observe(d, germinated(d) if d.op is LifecycleOp.GERMINATE else [])
+    return d
+
+
 def controller(**kw) -> HeuristicController:
     return HeuristicController(Topology.CNN, SLOTS, config=HeuristicConfig(**kw))
 
 
 def test_germinates_into_first_empty_enabled_slot_in_host_order() -> None:
     c = controller()
-    d = c.decide(signals([slot("early"), slot("mid"), slot("late")]))
+    d = decide_and_execute(c, signals([slot("early"), slot("mid"), slot("late")]))
     assert (d.op, d.slot, d.blueprint) == (LifecycleOp.GERMINATE, "early", "conv_heavy")
-    d = c.decide(signals([slot("early", SeedStage.TRAINING), slot("mid"), slot("late")]))
+    d = decide_and_execute(c, signals([slot("early", SeedStage.TRAINING), slot("mid"), slot("late")]))
     assert (d.op, d.slot, d.blueprint) == (LifecycleOp.GERMINATE, "mid", "conv_heavy")  # its own rotation
     d = c.decide(signals([slot("early", SeedStage.EMBARGOED), slot("mid", SeedStage.FOSSILIZED), slot("late")]))
     assert d.slot == "late"
@@ -102,10 +113,18 @@ def test_fossilizes_a_contributing_seed_and_culls_a_harmful_one() -> None:
     assert (d.op, d.slot) == (LifecycleOp.CULL, "early")
 
 
+def test_decide_has_no_side_effects() -> None:
+    c = controller()
+    empty = signals([slot(n) for n in SLOTS])
+    assert len({repr(c.decide(empty)) for _ in range(5)}) == 1
+    c.observe(c.decide(empty), [])  # refused or rolled back: nothing was germinated
+    assert c.decide(empty).blueprint == c.rotation[0]
+
+
 def test_each_slot_rotates_through_the_blueprints() -> None:
     c = controller()
     empty = [slot(n) for n in SLOTS]
-    assert [c.decide(signals(empty)).blueprint for _ in c.rotation] == list(c.rotation)
+    assert [decide_and_execute(c, signals(empty)).blueprint for _ in c.rotation] == list(c.rotation)
     occupied_early = [slot("early", SeedStage.FOSSILIZED), slot("mid"), slot("late")]
     assert c.decide(signals(occupied_early)).blueprint == c.rotation[0]
 
@@ -113,16 +132,26 @@ def test_each_slot_rotates_through_the_blueprints() -> None:
 def test_culled_blueprints_are_penalised_in_rotation() -> None:
     c = controller()
     empty = [slot(n) for n in SLOTS]
-    first = c.decide(signals(empty))
-    c.observe(first, [])
+    decide_and_execute(c, signals(empty))
     c.observe(Decision.wait(), [("early", StageChange(SeedStage.BLENDING, SeedStage.CULLED, "harmful"))])
     assert c.penalty["conv_heavy"] > 0
-    choices = [c.decide(signals(empty)).blueprint for _ in range(2 * len(c.rotation))]
-    assert "conv_heavy" not in choices  # penalised while every other blueprint is clean
-    assert set(choices) == set(c.rotation) - {"conv_heavy"}
+    choices = [decide_and_execute(c, signals(empty)).blueprint for _ in range(2 * len(c.rotation))]
+    assert "conv_heavy" not in choices[:3]  # penalised while every other blueprint is clean
     for _ in range(40):  # penalties decay every epoch; the blueprint comes back into rotation
         c.observe(Decision.wait(), [])
-    assert "conv_heavy" in [c.decide(signals(empty)).blueprint for _ in range(len(c.rotation))]
+    assert "conv_heavy" in [decide_and_execute(c, signals(empty)).blueprint for _ in c.rotation]
+
+
+def test_fossilize_respects_the_env_gate_thresholds() -> None:
+    strict = GateThresholds(min_probation_epochs=3, fossilize_min_contribution=2.0)
+    c = HeuristicController(Topology.CNN, SLOTS, thresholds=strict)
+    probation = slot("early", SeedStage.PROBATIONARY, 1.5, epochs_in_stage=3)
+    assert c.decide(signals([probation, slot("mid"), slot("late")], plateau=0)).op is LifecycleOp.WAIT
+    early = dataclasses.replace(probation, contribution=2.5, epochs_in_stage=2)
+    assert c.decide(signals([early, slot("mid"), slot("late")], plateau=0)).op is LifecycleOp.WAIT
+    ready = dataclasses.replace(probation, contribution=2.5)
+    assert c.decide(signals([ready, slot("mid"), slot("late")], plateau=0)).op is LifecycleOp.FOSSILIZE
+    assert c.epochs_to_judge_a_seed == strict.min_training_epochs + strict.blend_epochs + 3
 
 
 def test_heuristic_fills_more_than_one_slot_end_to_end() -> None:

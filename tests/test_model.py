@@ -105,6 +105,16 @@ def test_training_stage_output_is_the_host_exactly_and_seed_gets_gradient(slot: 
     assert sum(g.abs().sum() for g in seed_grads) > 0
 
 
+def test_training_stage_is_exact_in_train_mode_with_a_batchnorm_seed() -> None:
+    """In train() mode (batch statistics everywhere) the TRAINING output is still the host's."""
+    x = torch.randn(8, 3, 16, 16)
+    plain, grown = cnn_model(), cnn_model()
+    advance_to(grown, "early", SeedStage.TRAINING, "conv_heavy")  # conv + BatchNorm inside the seed
+    plain.train()
+    grown.train()
+    assert torch.equal(plain(x), grown(x))
+
+
 def test_training_stage_isolates_host_upstream_from_the_seed() -> None:
     """Host gradients in TRAINING are exactly those of the host alone."""
     x = torch.randn(4, 3, 16, 16)

@@ -13,6 +13,12 @@ from typing import Any
 from esper.tolaria.episode import EpisodeOutcome
 
 
+def _current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def write_json_atomic(path: Path, obj: Any) -> None:
     """Write to a temporary file beside `path`, then rename over it: readers see old or new, never half."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -21,6 +27,7 @@ def write_json_atomic(path: Path, obj: Any) -> None:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump(obj, f, indent=2, allow_nan=False)
             f.write("\n")
+        os.chmod(tmp, 0o666 & ~_current_umask())  # mkstemp makes 0600; a report is for everyone
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -36,6 +36,7 @@ from esper.tolaria.datasets import TaskData
 from esper.tolaria.episode import run_episode
 
 DEFAULT_MAX_SEEDS = 6
+MAX_SEED = 2**63 - 1
 RUN_FILES = ("summary.json", "events.jsonl")
 
 
@@ -98,14 +99,17 @@ def _positive(name: str, value: int, minimum: int) -> None:
 
 def check_run_dir(run_dir: Path) -> None:
     """The run directory must be creatable and must not already hold a run (nothing is overwritten)."""
-    existing = [name for name in RUN_FILES if (run_dir / name).exists()]
+    try:
+        existing = [name for name in RUN_FILES if (run_dir / name).exists()]
+        ancestor = run_dir
+        while not ancestor.exists():
+            ancestor = ancestor.parent
+    except OSError as exc:
+        raise UsageError(f"--run-dir {str(run_dir)!r} cannot be checked: {exc.strerror or exc}") from None
     if existing:
         raise UsageError(
             f"run directory {str(run_dir)!r} already holds a run ({', '.join(existing)}); choose a new --run-dir"
         )
-    ancestor = run_dir
-    while not ancestor.exists():
-        ancestor = ancestor.parent
     if not ancestor.is_dir():
         raise UsageError(f"--run-dir {str(run_dir)!r} cannot be created: {str(ancestor)!r} is not a folder")
     if not os.access(ancestor, os.W_OK | os.X_OK):
@@ -119,6 +123,10 @@ def resolve_heuristic(args: argparse.Namespace) -> HeuristicRun:
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     _positive("--episodes", args.episodes, 1)
+    _positive("--seed", args.seed, 0)
+    if args.seed + args.episodes > MAX_SEED:
+        limit = MAX_SEED - args.episodes
+        raise UsageError(f"--seed must be < {limit} with {args.episodes} episode(s), got {args.seed}")
     _positive("--max-seeds", args.max_seeds, 0)
     max_epochs = task.max_epochs if args.max_epochs is None else args.max_epochs
     _positive("--max-epochs", max_epochs, 1)
@@ -163,7 +171,9 @@ def run_heuristic(run: HeuristicRun) -> dict:
         backends.append(ConsoleBackend())
     hub = TelemetryHub(backends)
     env = MorphogeneticEnv(run.env, run.data, emit=hub.emit)
-    controller = HeuristicController(run.task.topology, run.env.enabled_slots, run.blueprints)
+    controller = HeuristicController(
+        run.task.topology, run.env.enabled_slots, run.blueprints, thresholds=run.env.thresholds
+    )
     print(
         f"esper heuristic: task {run.task.name}, {run.episodes} episode(s) x {run.env.max_epochs} epochs, "
         f"slots {' '.join(run.env.enabled_slots)}, max seeds {run.env.max_seeds}, device {run.env.device}, "

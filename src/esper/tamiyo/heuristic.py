@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from esper.kasmina.blueprints import Topology, blueprint_names, get_blueprint
 from esper.kasmina.lifecycle import StageChange
-from esper.leyline import BlendSchedule, Decision, LifecycleOp, SeedStage
+from esper.leyline import BlendSchedule, Decision, GateThresholds, LifecycleOp, SeedStage
 from esper.tamiyo.signals import TrainingSignals
 
 PREFERRED_BLUEPRINTS: dict[Topology, tuple[str, ...]] = {
@@ -32,9 +32,6 @@ class HeuristicConfig:
     blending_cull_threshold: float = -3.0
     """Remove a seed still blending in only below this: at partial alpha, before the host has
     adapted, a small dip is expected and says little."""
-    min_epochs_left: int = 7
-    """Do not germinate when fewer epochs remain: a seed needs about this many (3 training,
-    3 blending, 1 probation) before it can be judged and kept."""
     cull_penalty: float = 1.0
     """Added to a blueprint's penalty each time one of its seeds is culled."""
     penalty_decay: float = 0.8
@@ -52,11 +49,14 @@ class HeuristicController:
     2. cull the first probationary seed whose contribution is below `cull_threshold`, the first
        blending seed below `blending_cull_threshold`, or any live seed whose gradients explode;
     3. germinate into the first empty enabled slot (host order) when the run has plateaued,
-       past warm-up and cooldown, with at least `min_epochs_left` epochs to go, within the
-       seed budget. Each slot rotates through the
-       blueprints on its own, starting with the largest; the blueprint is the next in that
-       slot's rotation with the lowest penalty for recent culls (anywhere);
+       past warm-up and cooldown, within the seed budget, and with enough epochs left for a
+       seed to be trained, blended and judged (the gates' dwell times). Each slot rotates
+       through the blueprints on its own, starting with the largest; the blueprint is the next
+       in that slot's rotation with the lowest penalty for recent culls (anywhere);
     4. otherwise wait.
+
+    The controller reads the env's `GateThresholds`, so it never asks for an op the gates refuse.
+    `decide` has no side effects; `observe` learns from what the step actually did.
     """
 
     def __init__(
@@ -65,8 +65,10 @@ class HeuristicController:
         enabled_slots: Sequence[str],
         blueprints: Sequence[str] | None = None,
         config: HeuristicConfig | None = None,
+        thresholds: GateThresholds | None = None,
     ) -> None:
         self.config = config or HeuristicConfig()
+        self.thresholds = thresholds or GateThresholds()
         self.enabled_slots = tuple(enabled_slots)
         if blueprints is None:
             blueprints = PREFERRED_BLUEPRINTS[topology]
@@ -81,54 +83,59 @@ class HeuristicController:
         self.penalty = dict.fromkeys(self.rotation, 0.0)
         self._blueprint_in_slot: dict[str, str] = {}
 
+    @property
+    def epochs_to_judge_a_seed(self) -> int:
+        """Epochs from germination to the first chance to fossilize, by the gates' dwell times."""
+        t = self.thresholds
+        return t.min_training_epochs + t.blend_epochs + t.min_probation_epochs
+
     def decide(self, signals: TrainingSignals) -> Decision:
-        c = self.config
+        c, t = self.config, self.thresholds
         slots = [s for s in signals.slots if s.enabled]
         for s in slots:
             if (
                 s.stage is SeedStage.PROBATIONARY
+                and s.epochs_in_stage >= t.min_probation_epochs
                 and s.contribution is not None
                 and s.contribution >= c.fossilize_threshold
-                and s.epochs_in_stage >= 1
+                and s.contribution > t.fossilize_min_contribution
             ):
                 return Decision(LifecycleOp.FOSSILIZE, s.name, reason=f"contribution {s.contribution:.2f}")
+        cull_below = {SeedStage.BLENDING: c.blending_cull_threshold, SeedStage.PROBATIONARY: c.cull_threshold}
         for s in slots:
-            threshold = {SeedStage.BLENDING: c.blending_cull_threshold, SeedStage.PROBATIONARY: c.cull_threshold}
-            limit = threshold.get(s.stage)
+            limit = cull_below.get(s.stage)
             if limit is not None and s.contribution is not None and s.contribution < limit:
                 return Decision(LifecycleOp.CULL, s.name, reason=f"harmful: contribution {s.contribution:.2f}")
             if s.stage in (SeedStage.TRAINING, SeedStage.BLENDING, SeedStage.PROBATIONARY) and s.grad_exploding:
                 return Decision(LifecycleOp.CULL, s.name, reason=f"exploding gradient {s.grad_norm}")
         ready = (
             signals.epoch >= c.warmup_epochs
-            and signals.max_epochs - signals.epoch >= c.min_epochs_left
+            and signals.max_epochs - signals.epoch >= self.epochs_to_judge_a_seed
             and signals.plateau_epochs >= c.plateau_patience
             and signals.epochs_since_germination >= c.germination_cooldown
             and signals.seeds_germinated < signals.max_seeds
         )
         empty = [s for s in slots if s.stage is SeedStage.DORMANT]
         if ready and empty:
-            blueprint = self._choose_blueprint(empty[0].name)
-            return Decision(
-                LifecycleOp.GERMINATE,
-                empty[0].name,
-                blueprint,
-                c.schedule,
-                reason=f"plateau of {signals.plateau_epochs} epochs",
-            )
+            slot = empty[0].name
+            reason = f"plateau of {signals.plateau_epochs} epochs"
+            return Decision(LifecycleOp.GERMINATE, slot, self._choose_blueprint(slot), c.schedule, reason=reason)
         return Decision.wait()
 
     def observe(self, decision: Decision, changes: Sequence[tuple[str, StageChange]]) -> None:
-        """Learn from the step's outcome: which blueprint sits where, and which were culled."""
-        if decision.op is LifecycleOp.GERMINATE and decision.slot is not None and decision.blueprint is not None:
-            self._blueprint_in_slot[decision.slot] = decision.blueprint
+        """Learn from what the step actually did: a germination advances that slot's rotation,
+        a cull (by anyone) penalises the blueprint that was culled."""
         for name in self.penalty:
             self.penalty[name] *= self.config.penalty_decay
         for slot, change in changes:
-            if change.target is SeedStage.CULLED and slot in self._blueprint_in_slot:
+            if change.target is SeedStage.GERMINATED and decision.slot == slot and decision.blueprint is not None:
+                self._blueprint_in_slot[slot] = decision.blueprint
+                self._next[slot] = (self.rotation.index(decision.blueprint) + 1) % len(self.rotation)
+            elif change.target is SeedStage.CULLED and slot in self._blueprint_in_slot:
                 self.penalty[self._blueprint_in_slot.pop(slot)] += self.config.cull_penalty
 
     def _choose_blueprint(self, slot: str) -> str:
+        """The next blueprint in the slot's rotation, skipping recently culled ones. No side effects."""
         n, start = len(self.rotation), self._next[slot]
         floor = self.config.penalty_forgotten_below
         order = []
@@ -136,5 +143,4 @@ class HeuristicController:
             penalty = self.penalty[self.rotation[(start + k) % n]]
             order.append((penalty if penalty >= floor else 0.0, k))
         _, k = min(order)
-        self._next[slot] = (start + k + 1) % n
         return self.rotation[(start + k) % n]

@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from esper.leyline import SeedStage
 from esper.kasmina.lifecycle import gradient_is_exploding, gradient_is_vanishing
+from esper.leyline import SeedStage
 
 PLATEAU_MIN_DELTA: float = 0.5
 """Validation accuracy must beat its best by this many points to end a plateau."""
@@ -31,18 +31,12 @@ class SlotSignals:
     param_count: int
 
     @property
-    def has_seed(self) -> bool:
-        return self.seed_id is not None
-
-    @property
     def grad_vanishing(self) -> bool:
-        return self.grad_norm is not None and self.grad_norm <= GRAD_NORM_VANISHING
+        return gradient_is_vanishing(self.grad_norm)
 
     @property
     def grad_exploding(self) -> bool:
-        return self.grad_norm is not None and (
-            not math.isfinite(self.grad_norm) or self.grad_norm >= GRAD_NORM_EXPLODING
-        )
+        return gradient_is_exploding(self.grad_norm)
 
 
 @dataclass(frozen=True)

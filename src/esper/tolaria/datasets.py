@@ -10,9 +10,10 @@ from __future__ import annotations
 import functools
 import math
 import pickle
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ParamSpec, TypeVar
 
 import torch
 
@@ -21,7 +22,22 @@ class DatasetError(ValueError):
     """A dataset is missing, unreadable or malformed. The message names the path and the problem."""
 
 
+def _os_errors_are_dataset_errors(load: Callable[P, R]) -> Callable[P, R]:
+    """A permission or I/O failure anywhere in a loader becomes a `DatasetError` naming the path."""
+
+    @functools.wraps(load)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return load(*args, **kwargs)
+        except OSError as exc:
+            raise DatasetError(f"cannot read {str(exc.filename)!r}: {exc.strerror or exc}") from exc
+
+    return wrapper
+
+
 Batch = tuple[torch.Tensor, torch.Tensor]
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 # --------------------------------------------------------------------------- containers
@@ -286,6 +302,7 @@ def _read_cifar_batch(path: Path) -> tuple[torch.Tensor, torch.Tensor]:
     return images, targets
 
 
+@_os_errors_are_dataset_errors
 def load_cifar10(data_dir: Path) -> ImageData:
     root = find_cifar10_dir(data_dir)
     parts = [_read_cifar_batch(root / name) for name in CIFAR10_TRAIN_FILES]
@@ -328,6 +345,7 @@ def _read_text_file(path: Path) -> bytes:
     return data
 
 
+@_os_errors_are_dataset_errors
 def load_text_corpus(data_dir: Path, block_size: int, val_fraction: float) -> tuple[torch.Tensor, torch.Tensor]:
     """TinyStories-style corpus: a folder with `*train*.txt` and `*valid*.txt`, or one `.txt` file
     (or a folder with exactly one) split into train and validation by `val_fraction`."""
