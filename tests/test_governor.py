@@ -103,8 +103,10 @@ def test_rollback_after_fossilize(monkeypatch: pytest.MonkeyPatch) -> None:
     env.step(Decision.wait())
     poison_next_epoch(env, monkeypatch)
     result = env.step(Decision(LifecycleOp.FOSSILIZE, "late"))
-    assert result.panic is not None
+    assert result.panic is not None and result.changes == ()
     assert env.model.slot("late").stage is SeedStage.PROBATIONARY
+    # the seed's history is a log: the undone fossilization, then the restored stage
+    assert [stage for _, stage in env.records[0].stage_history][-2:] == ["FOSSILIZED", "PROBATIONARY"]
     assert_consistent_and_trainable(env)
 
 

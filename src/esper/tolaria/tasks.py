@@ -57,7 +57,7 @@ class TaskSpec:
 
 def _pydoc_data(_: Path | None) -> TaskData:
     train, val = split_tokens(pydoc_topics_bytes(), val_fraction=0.1)
-    return TokenData(train, val, TEXT_BLOCK_SIZE, train_windows_per_epoch=2048, max_val_windows=256)
+    return TokenData(train, val, TEXT_BLOCK_SIZE, train_windows_per_epoch=1024, max_val_windows=256)
 
 
 def _textfile_data(path: Path | None) -> TaskData:
@@ -97,7 +97,7 @@ TASKS: dict[str, TaskSpec] = {
             host_lr=3e-3,
             seed_lr=3e-3,
             weight_decay=1e-4,
-            max_epochs=20,
+            max_epochs=30,
         ),
         TaskSpec(
             name="cifar10",
