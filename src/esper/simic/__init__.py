@@ -1,0 +1,8 @@
+"""Simic: learning the controller. Its PPO core (distributions, rollout buffer with GAE) knows
+nothing of hosts or seeds, so the same code trains on any environment with a discrete or
+multi-discrete action space."""
+
+from esper.simic.advantages import compute_gae
+from esper.simic.distributions import MaskedCategorical
+
+__all__ = ["MaskedCategorical", "compute_gae"]
