@@ -9,7 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from esper.simic import MaskedCategorical, compute_gae
+from esper.simic import MaskedCategorical, PPOLossConfig, compute_gae, ppo_loss
 
 
 def reference_gae(rewards, values, terminated, truncated, next_values, gamma, lam):
@@ -119,3 +119,55 @@ def test_uniform_logits_give_uniform_entropy_over_valid_actions() -> None:
 def test_a_row_with_no_valid_action_is_an_error() -> None:
     with pytest.raises(ValueError, match="at least one valid action"):
         MaskedCategorical(torch.zeros(2, 3), torch.tensor([[True, False, False], [False, False, False]]))
+
+
+def loss_inputs(batch: int = 6, heads: int = 3, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    new = torch.randn(batch, heads, generator=g, requires_grad=True)
+    old = new.detach() + 0.1 * torch.randn(batch, heads, generator=g)
+    active = torch.rand(batch, heads, generator=g) > 0.4
+    entropies = torch.rand(batch, heads, generator=g, requires_grad=True)
+    adv = torch.randn(batch, generator=g)
+    values = torch.randn(batch, generator=g, requires_grad=True)
+    return new, old, active, entropies, adv, values, values.detach() + 0.1, torch.randn(batch, generator=g)
+
+
+def test_inactive_heads_contribute_nothing() -> None:
+    new, old, active, entropies, adv, values, old_values, returns = loss_inputs()
+    out = ppo_loss(new, old, active, entropies, adv, values, old_values, returns, PPOLossConfig())
+    out.loss.backward()
+    assert torch.all(new.grad[~active] == 0) and torch.all(entropies.grad[~active] == 0)
+    assert torch.any(new.grad[active] != 0)
+    # changing an inactive head's log-probs changes nothing
+    shifted = new.detach().clone()
+    shifted[~active] += 50.0
+    again = ppo_loss(
+        shifted, old, active, entropies.detach(), adv, values.detach(), old_values, returns, PPOLossConfig()
+    )
+    torch.testing.assert_close(again.loss, out.loss.detach())
+    torch.testing.assert_close(again.approx_kl, out.approx_kl)
+
+
+def test_at_the_old_policy_the_surrogate_is_minus_the_advantage() -> None:
+    new, _, active, entropies, adv, values, old_values, returns = loss_inputs()
+    out = ppo_loss(new, new.detach(), active, entropies, adv, values, old_values, returns, PPOLossConfig())
+    expected = -(adv[:, None] * active.float()).sum() / adv.numel()
+    torch.testing.assert_close(out.policy_loss, expected)
+    assert out.approx_kl.item() == pytest.approx(0.0, abs=1e-7) and out.clipfrac.item() == 0.0
+
+
+def test_huge_log_ratios_stay_finite() -> None:
+    new, old, active, entropies, adv, values, old_values, returns = loss_inputs()
+    out = ppo_loss(new + 500.0, old, active, entropies, adv, values, old_values, returns, PPOLossConfig())
+    assert all(torch.isfinite(t).all() for t in (out.loss, out.approx_kl, out.clipfrac))
+    out.loss.backward()
+    assert torch.isfinite(new.grad).all()
+
+
+def test_value_clipping_is_optional() -> None:
+    new, old, active, entropies, adv, values, _, returns = loss_inputs()
+    far_old = values.detach() + 5.0
+    plain = ppo_loss(new, old, active, entropies, adv, values, far_old, returns, PPOLossConfig())
+    clipped = ppo_loss(new, old, active, entropies, adv, values, far_old, returns, PPOLossConfig(clip_vloss=True))
+    torch.testing.assert_close(plain.value_loss, 0.5 * ((values - returns) ** 2).mean())
+    assert clipped.value_loss.item() > plain.value_loss.item()

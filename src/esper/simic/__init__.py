@@ -4,5 +4,6 @@ multi-discrete action space."""
 
 from esper.simic.advantages import compute_gae
 from esper.simic.distributions import MaskedCategorical
+from esper.simic.loss import PPOLossConfig, PPOLossOutput, ppo_loss
 
-__all__ = ["MaskedCategorical", "compute_gae"]
+__all__ = ["MaskedCategorical", "PPOLossConfig", "PPOLossOutput", "compute_gae", "ppo_loss"]
