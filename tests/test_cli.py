@@ -369,7 +369,9 @@ def test_in_process_run_records_seeds(
     assert {s["episode"] for s in seeds} == {0, 1}
     per_episode = summary["final_val_accuracy_per_episode"]
     assert len(per_episode) == 2 and summary["final_val_accuracy"] == pytest.approx(sum(per_episode) / 2)
-    assert oct((run_dir / "summary.json").stat().st_mode & 0o777) != oct(0o600), "the report is readable by others"
+    umask = os.umask(0)
+    os.umask(umask)
+    assert (run_dir / "summary.json").stat().st_mode & 0o777 == 0o666 & ~umask, "mkstemp's 0600 must not leak"
     assert tree(workdir) == {}
 
 

@@ -10,7 +10,8 @@ import torch
 from conftest import make_env
 from esper.leyline import Decision, GateThresholds, LifecycleOp, SeedStage
 from esper.tolaria import Governor, GovernorConfig
-from esper.tolaria.environment import ROLLED_BACK, MorphogeneticEnv
+from esper.tolaria.environment import MorphogeneticEnv
+from esper.tolaria.governor import Snapshot
 
 
 def test_judge_flags_non_finite_and_blowups_only() -> None:
@@ -18,8 +19,10 @@ def test_judge_flags_non_finite_and_blowups_only() -> None:
     assert gov.judge(float("nan"), 1.0) is not None
     assert gov.judge(1.0, float("inf")) is not None
     assert gov.judge(100.0, 1.0) is None  # no history yet: only non-finite values count
-    gov.record_healthy(1.0, {}, {}, {})
-    gov.record_healthy(1.2, {}, {}, {})
+    gov.record_healthy(None, Snapshot({}, {}, {}))  # the untrained model's loss is no reference
+    gov.record_healthy(1.0, Snapshot({}, {}, {}))
+    assert gov.judge(100.0, 1.0) is None  # one healthy loss is not yet a history
+    gov.record_healthy(1.2, Snapshot({}, {}, {}))
     assert gov.judge(3.2, 1.0) is None
     assert "blow-up" in gov.judge(3.4, 1.0)
 
@@ -71,7 +74,7 @@ def test_rollback_after_germinate(monkeypatch: pytest.MonkeyPatch) -> None:
     assert env.model.slot("mid").stage is SeedStage.DORMANT and env.model.slot("mid").seed is None
     restored = env.model.state_dict()
     assert all(torch.equal(restored[k], v) for k, v in reference.items())
-    assert env.records[-1].final_stage == ROLLED_BACK
+    assert env.records == [] and env.seeds_germinated == 0  # the germination never happened
     assert env.governor.rollbacks == 1
     assert_consistent_and_trainable(env)
 
@@ -90,8 +93,8 @@ def test_rollback_after_cull_restores_the_seed_and_its_optimizer(monkeypatch: py
     assert slot.stage is SeedStage.TRAINING and slot.seed_id == "seed-1"
     assert all(torch.equal(slot.seed.state_dict()[k], v) for k, v in seed_state.items())
     assert env.seed_optimizers["early"].state_dict()["state"][0]["step"].item() == adam_steps
-    assert env.records[0].final_stage == "TRAINING"  # the cull was undone and the history says so
-    assert [s for _, s in env.records[0].stage_history].count("CULLED") == 1
+    assert env.records[0].final_stage == "TRAINING"
+    assert "CULLED" not in [stage for _, stage in env.records[0].stage_history]  # undone with the rest
     assert_consistent_and_trainable(env)
 
 
@@ -105,8 +108,8 @@ def test_rollback_after_fossilize(monkeypatch: pytest.MonkeyPatch) -> None:
     result = env.step(Decision(LifecycleOp.FOSSILIZE, "late"))
     assert result.panic is not None and result.changes == ()
     assert env.model.slot("late").stage is SeedStage.PROBATIONARY
-    # the seed's history is a log: the undone fossilization, then the restored stage
-    assert [stage for _, stage in env.records[0].stage_history][-2:] == ["FOSSILIZED", "PROBATIONARY"]
+    assert env.records[0].final_stage == "PROBATIONARY"
+    assert "FOSSILIZED" not in [stage for _, stage in env.records[0].stage_history]
     assert_consistent_and_trainable(env)
 
 
@@ -152,7 +155,7 @@ def test_a_diverging_seed_in_training_cannot_poison_the_host() -> None:
 def test_a_diverging_blended_seed_is_rolled_back_then_culled(monkeypatch: pytest.MonkeyPatch) -> None:
     """A blended seed that diverges spreads NaN into the host, so the first rollback cannot
     tell who failed and culls nothing; when it happens again, the non-finite seed is culled."""
-    env = make_env(max_epochs=12)
+    env = make_env(max_epochs=14, governor=GovernorConfig(max_consecutive_rollbacks=5))
     env.reset(0)
     env.step(Decision(LifecycleOp.GERMINATE, "late", "conv_light"))
     while env.model.slot("late").stage is not SeedStage.BLENDING:
@@ -169,6 +172,57 @@ def test_a_diverging_blended_seed_is_rolled_back_then_culled(monkeypatch: pytest
     assert "diverged" in result.changes[0][1].reason
     assert all(torch.equal(a, b) for a, b in zip(host_before, env.model.host.parameters(), strict=True))
     assert env.records[0].final_stage == "CULLED"
+    # the cull is part of the kept state now: a following rollback does not bring the seed back
+    poison_next_epoch(env, monkeypatch)
+    assert env.step(Decision.wait()).panic is not None
+    assert env.model.slot("late").seed is None and env.records[0].final_stage == "CULLED"
+    assert_consistent_and_trainable(env)
+
+
+def test_a_diverging_host_never_blames_a_training_seed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A seed in TRAINING cannot change the output, so host divergence never culls it."""
+    env = make_env(max_epochs=10, governor=GovernorConfig(max_consecutive_rollbacks=5))
+    env.reset(0)
+    env.step(Decision(LifecycleOp.GERMINATE, "mid", "conv_light"))
+    for _ in range(3):
+        poison_next_epoch(env, monkeypatch)
+        result = env.step(Decision.wait())
+        assert result.panic is not None and result.changes == ()
+    assert env.model.slot("mid").stage is SeedStage.TRAINING
+    assert_consistent_and_trainable(env)
+
+
+def test_events_report_the_undone_changes_only_in_the_rollback(monkeypatch: pytest.MonkeyPatch) -> None:
+    events = []
+    env = make_env(max_epochs=6)
+    env.emit = events.append
+    env.reset(0)
+    poison_next_epoch(env, monkeypatch)
+    env.step(Decision(LifecycleOp.GERMINATE, "early", "conv_light"))
+    assert [e.kind for e in events] == ["governor_rollback", "epoch"]
+    undone = events[0].data["undone"]
+    assert [(u["slot"], u["target"]) for u in undone] == [("early", "GERMINATED"), ("early", "TRAINING")]
+    assert events[1].data["slots"][0]["stage"] == "DORMANT"
+
+
+def test_an_exception_mid_step_leaves_nothing_half_done(monkeypatch: pytest.MonkeyPatch) -> None:
+    env = make_env(max_epochs=6)
+    env.reset(0)
+    env.step(Decision.wait())
+    before = {k: v.clone() for k, v in env.model.state_dict().items() if isinstance(v, torch.Tensor)}
+    original = env._validate
+
+    def failing():
+        raise RuntimeError("out of memory")
+
+    monkeypatch.setattr(env, "_validate", failing)
+    with pytest.raises(RuntimeError, match="out of memory"):
+        env.step(Decision(LifecycleOp.GERMINATE, "early", "conv_heavy"))
+    monkeypatch.setattr(env, "_validate", original)
+    assert env.epoch == 1 and env.seeds_germinated == 0 and env.records == []
+    assert env.model.slot("early").stage is SeedStage.DORMANT and "early" not in env.seed_optimizers
+    after = env.model.state_dict()
+    assert all(torch.equal(after[k], v) for k, v in before.items())
     assert_consistent_and_trainable(env)
 
 
@@ -215,3 +269,5 @@ def test_repeated_rollbacks_end_the_episode(monkeypatch: pytest.MonkeyPatch) -> 
     poison_next_epoch(env, monkeypatch)
     second = env.step(Decision.wait())
     assert second.done and "2 consecutive rollbacks" in second.panic
+    with pytest.raises(RuntimeError, match="episode is over"):
+        env.step(Decision.wait())

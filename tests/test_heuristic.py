@@ -89,8 +89,9 @@ def test_respects_warmup_plateau_cooldown_and_budget() -> None:
     assert c.decide(signals(empty, since=2)).op is LifecycleOp.WAIT
     assert c.decide(signals(empty, germinated=6, max_seeds=6)).op is LifecycleOp.WAIT
     assert c.decide(signals(empty, max_seeds=0)).op is LifecycleOp.WAIT
-    assert c.decide(signals(empty, epoch=19)).op is LifecycleOp.WAIT  # too late for a seed to pay
-    assert c.decide(signals(empty, epoch=18)).op is LifecycleOp.GERMINATE
+    # 25-epoch episode: a seed germinated after epoch 17 could not be fossilized before the end
+    assert c.decide(signals(empty, epoch=18)).op is LifecycleOp.WAIT
+    assert c.decide(signals(empty, epoch=17)).op is LifecycleOp.GERMINATE
     assert c.decide(signals(empty)).op is LifecycleOp.GERMINATE
 
 
@@ -151,7 +152,30 @@ def test_fossilize_respects_the_env_gate_thresholds() -> None:
     assert c.decide(signals([early, slot("mid"), slot("late")], plateau=0)).op is LifecycleOp.WAIT
     ready = dataclasses.replace(probation, contribution=2.5)
     assert c.decide(signals([ready, slot("mid"), slot("late")], plateau=0)).op is LifecycleOp.FOSSILIZE
-    assert c.epochs_to_judge_a_seed == strict.min_training_epochs + strict.blend_epochs + 3
+    assert c.epochs_to_judge_a_seed == strict.min_training_epochs + strict.blend_epochs + 3 + 1
+
+
+def test_a_seed_germinated_at_the_horizon_can_still_be_fossilized() -> None:
+    """Simulate the lifecycle step by step: the last germination the heuristic allows reaches a
+    FOSSILIZE decision on the episode's final step."""
+    env = make_env(
+        max_epochs=8, thresholds=GateThresholds(fossilize_min_contribution=-100.0, probation_cull_contribution=-100.0)
+    )
+    c = HeuristicController(
+        Topology.CNN, SLOTS, thresholds=env.config.thresholds, config=HeuristicConfig(fossilize_threshold=-100.0)
+    )
+    env.reset(0)
+    assert env.config.max_epochs - c.epochs_to_judge_a_seed == 0  # germinate at epoch 0, the horizon
+    env.step(Decision(LifecycleOp.GERMINATE, "early", "conv_light"))
+    decisions = []
+    done = False
+    while not done:
+        d = c.decide(env.signals)
+        decisions.append(d.op)
+        result = env.step(d)
+        done = result.done
+    assert decisions[-1] is LifecycleOp.FOSSILIZE
+    assert env.model.slot("early").stage is SeedStage.FOSSILIZED
 
 
 def test_heuristic_fills_more_than_one_slot_end_to_end() -> None:

@@ -9,7 +9,7 @@ from torch import nn
 
 from esper.kasmina.blueprints import Topology, get_blueprint
 from esper.kasmina.isolation import straight_through
-from esper.kasmina.lifecycle import GateInputs, SlotLifecycle, StageChange
+from esper.kasmina.lifecycle import GateInputs, GateRefused, SlotLifecycle, StageChange
 from esper.leyline import BlendSchedule, GateThresholds, SeedStage, SlotId
 
 
@@ -41,6 +41,8 @@ class SeedSlot(nn.Module):
         stage = self.lifecycle.stage
         if alpha_override is None:
             if stage is SeedStage.TRAINING:
+                if not torch.is_grad_enabled():
+                    return h  # the output is the host's either way; without gradients the seed has nothing to do
                 # Isolation: the seed sees a detached stream, so its gradient never reaches the
                 # host, and the output is the host's exactly.
                 return straight_through(h, seed(h.detach()))
@@ -66,8 +68,12 @@ class SeedSlot(nn.Module):
     def germinate(self, blueprint: str, seed_id: str, schedule: BlendSchedule) -> list[StageChange]:
         """G0 then G1: build the seed on the host's device and dtype, and start its training."""
         spec = get_blueprint(self.topology, blueprint)
+        refusal = self.lifecycle.gate_germinate()
+        if not refusal.passed:
+            raise GateRefused(f"{refusal.gate}: {refusal.reason}")
+        module = spec.build(self.dim)  # built before any state changes, so a failure leaves none
         changes = [self.lifecycle.germinate(schedule)]
-        self._install(spec.build(self.dim), blueprint, seed_id)
+        self._install(module, blueprint, seed_id)
         changes.append(self.lifecycle.start_training(self.seed_is_finite()))
         self._drop_if_culled(changes)
         return changes

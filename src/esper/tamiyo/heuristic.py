@@ -85,9 +85,11 @@ class HeuristicController:
 
     @property
     def epochs_to_judge_a_seed(self) -> int:
-        """Epochs from germination to the first chance to fossilize, by the gates' dwell times."""
+        """Steps from a GERMINATE decision to the first FOSSILIZE decision, by the gates' dwell
+        times: the training, blending and probation epochs, plus the step whose start executes
+        the FOSSILIZE (decisions run before their epoch)."""
         t = self.thresholds
-        return t.min_training_epochs + t.blend_epochs + t.min_probation_epochs
+        return t.min_training_epochs + t.blend_epochs + t.min_probation_epochs + 1
 
     def decide(self, signals: TrainingSignals) -> Decision:
         c, t = self.config, self.thresholds

@@ -104,14 +104,18 @@ class SignalTracker:
         host_params: int,
         seeds_germinated: int,
         max_seeds: int,
+        healthy: bool = True,
     ) -> TrainingSignals:
+        """Signals after `epoch`. An unhealthy epoch (rolled back by the governor) repeats the
+        last measurements and changes no history: it is neither progress nor a plateau."""
         previous = self._previous or measured
-        if measured.val_accuracy >= self._best + self.plateau_min_delta:
-            self._plateau = 0
-        elif epoch > 0:
-            self._plateau += 1
-        self._best = max(self._best, measured.val_accuracy)
-        self._previous = measured
+        if healthy:
+            if measured.val_accuracy >= self._best + self.plateau_min_delta:
+                self._plateau = 0
+            elif epoch > 0:
+                self._plateau += 1
+            self._best = max(self._best, measured.val_accuracy)
+            self._previous = measured
         since = epoch if self.last_germination_epoch is None else epoch - self.last_germination_epoch
         return TrainingSignals(
             epoch=epoch,

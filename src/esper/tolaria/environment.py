@@ -30,13 +30,11 @@ from esper.leyline import Decision, GateThresholds, InvalidDecision, LifecycleOp
 from esper.nissa import Event
 from esper.tamiyo.signals import EpochMeasurements, SignalTracker, SlotSignals, TrainingSignals
 from esper.tolaria.datasets import TaskData
-from esper.tolaria.governor import Governor, GovernorConfig
+from esper.tolaria.governor import Governor, GovernorConfig, Snapshot
 from esper.tolaria.tasks import TaskSpec
 from esper.tolaria.training import TrainStats, ValidationStats, train_epoch, validate
 
 VALIDATION_BATCH_SIZE = 500
-ROLLED_BACK = "ROLLED_BACK"
-"""Pseudo-stage in a seed's history: the governor restored a snapshot from before this seed."""
 
 
 @dataclass(frozen=True)
@@ -149,33 +147,45 @@ class MorphogeneticEnv:
         val = self._validate()
         measured = EpochMeasurements(val.loss, val.accuracy, val.loss, val.accuracy)
         self._last_val, self._last_grads = val, {}
-        self._record_healthy(val.loss)
+        self._pending_events: list[Event] = []
+        self.governor.record_healthy(None, self._snapshot())
         self.signals = self._observe(measured, val)
         return self.signals
 
     def step(self, decision: Decision) -> StepResult:
         if self.model is None:
             raise RuntimeError("call reset() before step()")
-        if self.epoch >= self.config.max_epochs:
-            raise RuntimeError(f"episode is over: {self.config.max_epochs} epochs done; call reset()")
+        if self.epoch >= self.config.max_epochs or self.governor.gave_up:
+            raise RuntimeError(f"episode is over after {self.epoch} epochs; call reset()")
         self._check(decision)
         self.epoch += 1
-        changes = self._execute(decision)
-        train = self._train_epoch()
-        val = self._validate()
-        panic = self.governor.judge(train.loss, val.loss)
-        if panic is None:
-            changes += self._tick(train, val)
-            measured = EpochMeasurements(train.loss, train.accuracy, val.loss, val.accuracy)
-            self._last_val, self._last_grads = val, train.seed_grad_norm
-            self._record_healthy(train.loss)
-        else:
-            # The step's transitions are undone with the rest of the state, so none is reported;
-            # a seed that diverged in the failed epoch is culled so it cannot diverge again.
-            self._rollback(panic)
-            changes = self._cull_diverged(train)
-            val, measured = self._last_val, self._last_measured
-        self.signals = self._observe(measured, val)
+        try:
+            changes = self._execute(decision)
+            blended = set(self.model.blended_slots())
+            train = self._train_epoch()
+            val = self._validate()
+            panic = self.governor.judge(train.loss, val.loss)
+            if panic is None:
+                changes += self._tick(train, val)
+                measured = EpochMeasurements(train.loss, train.accuracy, val.loss, val.accuracy)
+                self._last_val, self._last_grads = val, train.seed_grad_norm
+                self.governor.record_healthy(train.loss, self._snapshot())
+            else:
+                # The step's transitions are undone with the rest of the state, so none is reported;
+                # a blended seed that diverged is culled, and the kept snapshot learns the cull.
+                self._rollback(panic)
+                changes = self._cull_diverged(train, blended)
+                if changes:
+                    self.governor.amend_snapshot(self._snapshot())
+                val, measured = self._last_val, self._last_measured
+        except BaseException:
+            # Nothing half-done survives an exception (out of memory, a bad batch, Ctrl-C).
+            self._pending_events.clear()
+            self._restore(self.governor.last_snapshot())
+            self.epoch -= 1
+            raise
+        self._flush_events()
+        self.signals = self._observe(measured, val, healthy=panic is None)
         done = self.epoch >= self.config.max_epochs or self.governor.gave_up
         if panic is not None and self.governor.gave_up:
             panic += f"; episode ended after {self.governor.consecutive_rollbacks} consecutive rollbacks"
@@ -270,12 +280,17 @@ class MorphogeneticEnv:
         return changes
 
     def _rollback(self, reason: str) -> None:
-        """Restore model, lifecycles, optimizers and counters to the last healthy epoch."""
+        """Return to the last healthy epoch, and say in one event what was undone."""
+        undone = [e.data for e in self._pending_events]
+        self._pending_events.clear()
+        self.governor.count_rollback()
+        self._restore(self.governor.last_snapshot())
+        self.emit(Event("governor_rollback", self.episode, self.epoch, {"reason": reason, "undone": undone}))
+
+    def _restore(self, snapshot: Snapshot) -> None:
+        """Put model, lifecycles, optimizers, counters and seed records back as they were."""
         assert self.model is not None
-        snapshot = self.governor.last_snapshot()
         self.model.load_state_dict(snapshot.model)
-        self.seeds_germinated = snapshot.counters["seeds_germinated"]
-        self.tracker.last_germination_epoch = snapshot.counters["last_germination_epoch"]
         self.host_optimizer.load_state_dict(snapshot.optimizers["host"])
         self.seed_optimizers = {}
         for slot in self.model.ordered_slots():
@@ -284,38 +299,57 @@ class MorphogeneticEnv:
                 opt = self._make_optimizer(slot.seed.parameters(), self.config.task.seed_lr)
                 opt.load_state_dict(snapshot.optimizers[f"seed:{name}"])
                 self.seed_optimizers[name] = opt
-        self._sync_records_after_rollback()
-        self.emit(Event("governor_rollback", self.episode, self.epoch, {"reason": reason}))
+        counters = snapshot.counters
+        self.seeds_germinated = counters["seeds_germinated"]
+        self.tracker.last_germination_epoch = counters["last_germination_epoch"]
+        del self.records[counters["records"] :]
+        for record in self.records:
+            del record.stage_history[counters["history_lengths"][record.seed_id] :]
+        by_id = {r.seed_id: r for r in self.records}
+        self._live_records = {slot: by_id[seed_id] for slot, seed_id in counters["live_records"].items()}
 
-    def _cull_diverged(self, train: TrainStats) -> list[tuple[str, StageChange]]:
-        """After a rollback: cull the restored live seeds that went non-finite in the failed epoch,
-        when the blame is clear (the host's own parameters stayed finite) or the rollbacks repeat.
-
-        A diverging host spreads NaN into every seed's gradients, so a non-finite seed alone does
-        not prove the seed was the cause; a second rollback in a row settles it.
-        """
-        assert self.model is not None
-        if not train.host_finite and self.governor.consecutive_rollbacks < 2:
-            return []
-        changes: list[tuple[str, StageChange]] = []
-        for slot in self.model.ordered_slots():
-            name = slot.slot_id.name
-            grad = train.seed_grad_norm.get(name)
-            diverged = not train.seed_finite.get(name, True) or (grad is not None and not math.isfinite(grad))
-            if diverged and slot.lifecycle.is_live:
-                changes += self._log_changes(name, [slot.cull("governor: seed diverged")])
-                self.seed_optimizers.pop(name, None)
-        return changes
-
-    def _record_healthy(self, train_loss: float) -> None:
+    def _snapshot(self) -> Snapshot:
+        """The env's whole state as of now (the governor clones it)."""
         assert self.model is not None
         counters = {
             "seeds_germinated": self.seeds_germinated,
             "last_germination_epoch": self.tracker.last_germination_epoch,
+            "records": len(self.records),
+            "history_lengths": {r.seed_id: len(r.stage_history) for r in self.records},
+            "live_records": {slot: r.seed_id for slot, r in self._live_records.items()},
         }
-        self.governor.record_healthy(train_loss, self.model.state_dict(), self._optimizer_states(), counters)
+        return Snapshot(self.model.state_dict(), self._optimizer_states(), counters)
 
-    def _observe(self, measured: EpochMeasurements, val: ValidationStats) -> TrainingSignals:
+    def _cull_diverged(self, train: TrainStats, blended: set[str]) -> list[tuple[str, StageChange]]:
+        """After a rollback, cull the seed to blame, if one can be named.
+
+        Only a seed that was blended in the failed epoch can have caused it (a seed in TRAINING
+        cannot change the model's output). The suspects are those whose parameters or gradients
+        went non-finite. A diverging host spreads NaN into every seed's gradients, so when the
+        host went non-finite too, the first rollback blames nobody; if it happens again, the most
+        recently germinated suspect is culled, one per rollback.
+        """
+        assert self.model is not None
+        suspects = []
+        for slot in self.model.ordered_slots():
+            name = slot.slot_id.name
+            grad = train.seed_grad_norm.get(name)
+            diverged = not train.seed_finite.get(name, True) or (grad is not None and not math.isfinite(grad))
+            if diverged and name in blended and slot.lifecycle.is_live:
+                suspects.append(slot)
+        if not train.host_finite:
+            if self.governor.consecutive_rollbacks < 2 or not suspects:
+                return []
+            order = {r.seed_id: i for i, r in enumerate(self.records)}
+            suspects = [max(suspects, key=lambda s: order[s.seed_id])]
+        changes: list[tuple[str, StageChange]] = []
+        for slot in suspects:
+            name = slot.slot_id.name
+            changes += self._log_changes(name, [slot.cull("governor: seed diverged")])
+            self.seed_optimizers.pop(name, None)
+        return changes
+
+    def _observe(self, measured: EpochMeasurements, val: ValidationStats, healthy: bool = True) -> TrainingSignals:
         assert self.model is not None
         self._last_measured = measured
         slots = tuple(
@@ -342,6 +376,7 @@ class MorphogeneticEnv:
             self.model.host_param_count(),
             self.seeds_germinated,
             self.config.max_seeds,
+            healthy=healthy,
         )
 
     # ----------------------------------------------------------------- helpers
@@ -364,7 +399,7 @@ class MorphogeneticEnv:
         for change in changes:
             if record is not None:
                 record.stage_history.append((self.epoch, change.target.name))
-            self.emit(
+            self._pending_events.append(
                 Event(
                     "stage_change",
                     self.episode,
@@ -384,20 +419,11 @@ class MorphogeneticEnv:
                 record = None
         return [(slot, c) for c in changes]
 
-    def _sync_records_after_rollback(self) -> None:
-        assert self.model is not None
-        by_id = {r.seed_id: r for r in self.records}
-        for slot in self.model.ordered_slots():
-            name = slot.slot_id.name
-            current = self._live_records.get(name)
-            restored = by_id.get(slot.seed_id) if slot.seed_id is not None else None
-            if current is not None and current is not restored:
-                current.stage_history.append((self.epoch, ROLLED_BACK))
-                del self._live_records[name]
-            if restored is not None:
-                if restored.final_stage != slot.stage.name:
-                    restored.stage_history.append((self.epoch, slot.stage.name))
-                self._live_records[name] = restored
+    def _flush_events(self) -> None:
+        """Stage changes are emitted once their epoch is judged healthy (or they survive a rollback)."""
+        for event in self._pending_events:
+            self.emit(event)
+        self._pending_events.clear()
 
     def _emit_epoch(self, signals: TrainingSignals, decision: Decision) -> None:
         self.emit(

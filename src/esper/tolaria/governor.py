@@ -33,6 +33,10 @@ def _clone(value: Any) -> Any:
     return copy.deepcopy(value)
 
 
+def _clone_snapshot(snapshot: Snapshot) -> Snapshot:
+    return Snapshot(_clone(snapshot.model), _clone(snapshot.optimizers), copy.deepcopy(snapshot.counters))
+
+
 @dataclass
 class Snapshot:
     """Everything needed to put an env back: the model state dict (slot lifecycles and seed
@@ -74,22 +78,25 @@ class Governor:
                 return f"loss blow-up: train loss {train_loss:.4g} > {factor} x recent mean {reference:.4g}"
         return None
 
-    def record_healthy(
-        self,
-        train_loss: float,
-        model_state: dict[str, Any],
-        optimizer_states: dict[str, dict[str, Any]],
-        counters: dict[str, Any],
-    ) -> None:
-        self._losses.append(train_loss)
+    def record_healthy(self, train_loss: float | None, snapshot: Snapshot) -> None:
+        """Keep `snapshot` as the state to return to. `train_loss` joins the recent history that
+        blow-ups are judged against (None at reset: an untrained model's loss is no reference)."""
+        if train_loss is not None:
+            self._losses.append(train_loss)
         self.consecutive_rollbacks = 0
-        self._snapshot = Snapshot(_clone(model_state), _clone(optimizer_states), dict(counters))
+        self._snapshot = _clone_snapshot(snapshot)
+
+    def amend_snapshot(self, snapshot: Snapshot) -> None:
+        """Replace the kept state after a rollback changed it (a diverged seed was culled), so a
+        following rollback keeps the change. Loss history and rollback count are untouched."""
+        self._snapshot = _clone_snapshot(snapshot)
 
     def last_snapshot(self) -> Snapshot:
+        """A copy of the kept state: restoring must not let later steps write into it."""
         if self._snapshot is None:
             raise RuntimeError("the governor has no healthy snapshot to roll back to")
+        return _clone_snapshot(self._snapshot)
+
+    def count_rollback(self) -> None:
         self.rollbacks += 1
         self.consecutive_rollbacks += 1
-        # A copy: restoring must not let later optimizer steps write into the kept snapshot.
-        snap = self._snapshot
-        return Snapshot(_clone(snap.model), _clone(snap.optimizers), dict(snap.counters))
