@@ -7,7 +7,7 @@ counterfactual_cost_ratio: with three blended seeds, the fused validation + coun
 naive_counterfactual_ratio: the same measurements done naively (plain validation plus one full
     pass per ablated seed) / a plain validation pass. Goal: fused <= 0.7 x naive.
 
-Usage: python benchmarks/overhead.py [--task shapes] [--repeats 7]
+Usage: python benchmarks/overhead.py [--task shapes] [--repeats 21]
 """
 
 from __future__ import annotations
@@ -52,15 +52,23 @@ def naive_counterfactual(model: MorphogeneticModel, batches, slots) -> None:
 
 
 def median_ratio(numerator, denominator, repeats: int) -> float:
-    """Median over interleaved repeats of numerator-time / denominator-time (noise hits both)."""
+    """Median over repeats of numerator-time / denominator-time. The two are timed back to back,
+    in alternating order, so slow drifts of a shared machine cancel instead of biasing one side."""
     numerator(), denominator()  # warm-up
-    return statistics.median(timed(numerator) / timed(denominator) for _ in range(repeats))
+    ratios = []
+    for i in range(repeats):
+        if i % 2:
+            d, n = timed(denominator), timed(numerator)
+        else:
+            n, d = timed(numerator), timed(denominator)
+        ratios.append(n / d)
+    return statistics.median(ratios)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--task", default="shapes")
-    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--repeats", type=int, default=21)
     parser.add_argument("--blueprint", default="conv_light")
     args = parser.parse_args()
     task = get_task(args.task)
