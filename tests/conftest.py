@@ -12,6 +12,11 @@ from esper.tolaria import EnvConfig, MorphogeneticEnv, TaskSpec, get_task
 from esper.tolaria.datasets import TokenData, load_shapes, pydoc_topics_bytes, split_tokens
 
 
+def enum_name(member: object) -> str:
+    """Readable test ids: stage and op names instead of their integer values."""
+    return getattr(member, "name", repr(member))
+
+
 def tiny_shapes_task() -> TaskSpec:
     return dataclasses.replace(
         get_task("shapes"),

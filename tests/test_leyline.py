@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conftest import enum_name
 from esper.leyline import (
     LIVE_STAGES,
     SEED_BEARING_STAGES,
@@ -25,11 +26,6 @@ from esper.leyline import (
 from esper.leyline.slots import CANONICAL_SLOT_NAMES, slot_names_for
 
 S = SeedStage
-
-
-def enum_name(member: object) -> str:
-    """Readable test ids: stage and op names instead of their integer values."""
-    return getattr(member, "name", repr(member))
 
 
 ALL_PAIRS = list(itertools.product(S, S))

@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conftest import enum_name
 from esper.kasmina.blending import blend_alpha
 from esper.kasmina.lifecycle import (
     GateInputs,
@@ -33,11 +34,6 @@ from esper.leyline import (
 from esper.leyline.constants import GRAD_NORM_EXPLODING, GRAD_NORM_VANISHING
 
 S = SeedStage
-
-
-def enum_name(member: object) -> str:
-    """Readable test ids: stage and op names instead of their integer values."""
-    return getattr(member, "name", repr(member))
 
 
 NAN, INF = math.nan, math.inf

@@ -168,41 +168,39 @@ def _zero_output(block: CausalSelfAttention | MLP) -> nn.Module:
 
 
 # --------------------------------------------------------------------------- registry
-def _bp(
-    name: str, topology: Topology, build: Callable[[int], nn.Module], count: Callable[[int], int], text: str
-) -> Blueprint:
-    return Blueprint(name, topology, build, count, text)
-
-
 _ALL: tuple[Blueprint, ...] = (
-    _bp("norm", Topology.CNN, NormSeed2d, lambda c: 2 * c, "batch norm with zero-initialised gain"),
-    _bp(
+    Blueprint("norm", Topology.CNN, NormSeed2d, lambda c: 2 * c, "batch norm with zero-initialised gain"),
+    Blueprint(
         "attention",
         Topology.CNN,
         SqueezeExciteSeed,
         lambda c: 2 * c * _reduced(c) + _reduced(c) + c,
         "squeeze-excite channel attention",
     ),
-    _bp("depthwise", Topology.CNN, _depthwise, lambda c: 9 * c + c * c + 4 * c, "depthwise 3x3 then pointwise 1x1"),
-    _bp("conv_light", Topology.CNN, _conv_light, lambda c: 9 * c * c + 2 * c, "one 3x3 convolution, batch-normalised"),
-    _bp("conv_heavy", Topology.CNN, _conv_heavy, lambda c: 18 * c * c + 4 * c, "two 3x3 convolutions"),
-    _bp(
+    Blueprint(
+        "depthwise", Topology.CNN, _depthwise, lambda c: 9 * c + c * c + 4 * c, "depthwise 3x3 then pointwise 1x1"
+    ),
+    Blueprint(
+        "conv_light", Topology.CNN, _conv_light, lambda c: 9 * c * c + 2 * c, "one 3x3 convolution, batch-normalised"
+    ),
+    Blueprint("conv_heavy", Topology.CNN, _conv_heavy, lambda c: 18 * c * c + 4 * c, "two 3x3 convolutions"),
+    Blueprint(
         "bottleneck",
         Topology.CNN,
         _bottleneck,
         lambda c: 2 * c * _reduced(c) + 9 * _reduced(c) ** 2 + 4 * _reduced(c) + 2 * c,
         "1x1 down, 3x3, 1x1 up",
     ),
-    _bp("norm", Topology.TRANSFORMER, NormSeed, lambda d: 2 * d, "layer norm with zero-initialised gain"),
-    _bp("lora", Topology.TRANSFORMER, LoRASeed, lambda d: 2 * d * LORA_RANK, f"rank-{LORA_RANK} linear map"),
-    _bp(
+    Blueprint("norm", Topology.TRANSFORMER, NormSeed, lambda d: 2 * d, "layer norm with zero-initialised gain"),
+    Blueprint("lora", Topology.TRANSFORMER, LoRASeed, lambda d: 2 * d * LORA_RANK, f"rank-{LORA_RANK} linear map"),
+    Blueprint(
         "attention",
         Topology.TRANSFORMER,
         lambda d: _zero_output(CausalSelfAttention(d)),
         lambda d: 2 * d + 4 * d * d + 4 * d,
         "causal self-attention",
     ),
-    _bp(
+    Blueprint(
         "mlp",
         Topology.TRANSFORMER,
         lambda d: _zero_output(MLP(d)),
