@@ -5,5 +5,6 @@ multi-discrete action space."""
 from esper.simic.advantages import compute_gae
 from esper.simic.distributions import MaskedCategorical
 from esper.simic.loss import PPOLossConfig, PPOLossOutput, ppo_loss
+from esper.simic.normalizer import RunningMeanStd
 
-__all__ = ["MaskedCategorical", "PPOLossConfig", "PPOLossOutput", "compute_gae", "ppo_loss"]
+__all__ = ["MaskedCategorical", "PPOLossConfig", "PPOLossOutput", "RunningMeanStd", "compute_gae", "ppo_loss"]

@@ -1,14 +1,18 @@
 """Tamiyo: the controller. Signal tracking (per-slot and global training signals in fixed slot
-order) and the heuristic policy that decides when, where and what to grow."""
+order), the observation a learned policy sees, and the heuristic policy that decides when,
+where and what to grow."""
 
+from esper.tamiyo.features import GLOBAL_FEATURES, ObservationLayout
 from esper.tamiyo.heuristic import PREFERRED_BLUEPRINTS, HeuristicConfig, HeuristicController
 from esper.tamiyo.signals import EpochMeasurements, SignalTracker, SlotSignals, TrainingSignals
 
 __all__ = [
+    "GLOBAL_FEATURES",
     "PREFERRED_BLUEPRINTS",
     "EpochMeasurements",
     "HeuristicConfig",
     "HeuristicController",
+    "ObservationLayout",
     "SignalTracker",
     "SlotSignals",
     "TrainingSignals",
