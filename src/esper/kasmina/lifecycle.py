@@ -73,6 +73,31 @@ def gradient_is_healthy(grad_norm: float | None) -> bool:
     return grad_norm is not None and not gradient_is_vanishing(grad_norm) and not gradient_is_exploding(grad_norm)
 
 
+def germinate_gate(stage: SeedStage) -> GateResult:
+    """G0 as a pure function of the slot's stage (the seed budget and blueprint are checked by
+    the env, which owns them). Action masks call the same function the lifecycle does."""
+    ok = stage is SeedStage.DORMANT
+    return GateResult(ok, "G0", "slot is dormant" if ok else f"slot is {stage.name}, not DORMANT")
+
+
+def fossilize_gate(
+    stage: SeedStage, epochs_in_stage: int, contribution: float | None, thresholds: GateThresholds
+) -> GateResult:
+    """G4 as a pure function of explicit inputs."""
+    if stage is not SeedStage.PROBATIONARY:
+        return GateResult(False, "G4", f"seed is {stage.name}, not PROBATIONARY")
+    if epochs_in_stage < thresholds.min_probation_epochs:
+        return GateResult(False, "G4", f"{epochs_in_stage} < {thresholds.min_probation_epochs} probation epochs")
+    if contribution is None or not contribution > thresholds.fossilize_min_contribution:
+        return GateResult(False, "G4", f"contribution {contribution} not > {thresholds.fossilize_min_contribution}")
+    return GateResult(True, "G4", f"contribution {contribution:.3f} after {epochs_in_stage} probation epochs")
+
+
+def cull_gate(stage: SeedStage) -> GateResult:
+    ok = stage in LIVE_STAGES
+    return GateResult(ok, "cull", "seed is live" if ok else f"slot is {stage.name}: nothing live to cull")
+
+
 @dataclass
 class SlotLifecycle:
     """Stage, dwell time and blend schedule of one slot's seed."""
@@ -106,22 +131,13 @@ class SlotLifecycle:
 
     # ----------------------------------------------------------------- gates
     def gate_germinate(self) -> GateResult:
-        ok = self.stage is SeedStage.DORMANT
-        return GateResult(ok, "G0", "slot is dormant" if ok else f"slot is {self.stage.name}, not DORMANT")
+        return germinate_gate(self.stage)
 
     def gate_fossilize(self, contribution: float | None) -> GateResult:
-        t = self.thresholds
-        if self.stage is not SeedStage.PROBATIONARY:
-            return GateResult(False, "G4", f"seed is {self.stage.name}, not PROBATIONARY")
-        if self.epochs_in_stage < t.min_probation_epochs:
-            return GateResult(False, "G4", f"{self.epochs_in_stage} < {t.min_probation_epochs} probation epochs")
-        if contribution is None or not contribution > t.fossilize_min_contribution:
-            return GateResult(False, "G4", f"contribution {contribution} not > {t.fossilize_min_contribution}")
-        return GateResult(True, "G4", f"contribution {contribution:.3f} after {self.epochs_in_stage} probation epochs")
+        return fossilize_gate(self.stage, self.epochs_in_stage, contribution, self.thresholds)
 
     def gate_cull(self) -> GateResult:
-        ok = self.is_live
-        return GateResult(ok, "cull", "seed is live" if ok else f"slot is {self.stage.name}: nothing live to cull")
+        return cull_gate(self.stage)
 
     # ----------------------------------------------------------------- operations
     def germinate(self, schedule: BlendSchedule) -> StageChange:

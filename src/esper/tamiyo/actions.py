@@ -1,0 +1,96 @@
+"""The factored action space of a learned controller, and the masks that keep it executable.
+
+Four heads: op (WAIT, GERMINATE, FOSSILIZE, CULL), slot (the host's slots in order), blueprint
+(the topology's blueprints) and blend schedule. The op is sampled first, then the slot under the
+mask for that op, so every sampled combination names a slot where the op can act. Masks call
+the lifecycle's own gate functions, so the policy and the env can never disagree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from esper.kasmina.blueprints import Topology, blueprint_names, get_blueprint
+from esper.kasmina.lifecycle import cull_gate, fossilize_gate, germinate_gate
+from esper.leyline import BlendSchedule, Decision, GateThresholds, LifecycleOp
+from esper.tamiyo.signals import SlotSignals, TrainingSignals
+
+HEADS: tuple[str, ...] = ("op", "slot", "blueprint", "schedule")
+
+
+@dataclass(frozen=True)
+class ActionSpace:
+    """Head sizes and masks, derived from the host's slots and topology."""
+
+    topology: Topology
+    slot_names: tuple[str, ...]
+    allowed_blueprints: tuple[str, ...] | None = None
+    """Blueprints a controller may choose (default: all of the topology's)."""
+
+    def __post_init__(self) -> None:
+        for name in self.allowed_blueprints or ():
+            get_blueprint(self.topology, name)
+
+    @property
+    def blueprints(self) -> tuple[str, ...]:
+        """The blueprint head's order: every blueprint of the topology, masked to the allowed ones."""
+        return blueprint_names(self.topology)
+
+    @property
+    def head_sizes(self) -> tuple[int, ...]:
+        return (len(LifecycleOp), len(self.slot_names), len(self.blueprints), len(BlendSchedule))
+
+    # ----------------------------------------------------------------- masks
+    def slot_mask(self, op: LifecycleOp, signals: TrainingSignals, thresholds: GateThresholds) -> torch.Tensor:
+        """Slots where `op` can act now. WAIT acts on no slot: its slot head is inactive, and the
+        mask is all-True only so that the (ignored) distribution is well defined."""
+        if op is LifecycleOp.WAIT:
+            return torch.ones(len(self.slot_names), dtype=torch.bool)
+        budget_left = signals.seeds_germinated < signals.max_seeds
+        return torch.tensor([self._can_act(op, s, thresholds, budget_left) for s in self._slots(signals)])
+
+    def op_mask(self, signals: TrainingSignals, thresholds: GateThresholds) -> torch.Tensor:
+        """Ops with at least one slot to act on; WAIT is always allowed."""
+        return torch.tensor(
+            [op is LifecycleOp.WAIT or bool(self.slot_mask(op, signals, thresholds).any()) for op in LifecycleOp]
+        )
+
+    def blueprint_mask(self) -> torch.Tensor:
+        allowed = set(self.allowed_blueprints or self.blueprints)
+        return torch.tensor([b in allowed for b in self.blueprints])
+
+    @staticmethod
+    def head_active(op: LifecycleOp) -> torch.Tensor:
+        """Which heads matter for `op`: the others contribute nothing to the loss or entropy."""
+        return torch.tensor(
+            [True, op is not LifecycleOp.WAIT, op is LifecycleOp.GERMINATE, op is LifecycleOp.GERMINATE]
+        )
+
+    def decode(self, op: int, slot: int, blueprint: int, schedule: int) -> Decision:
+        """The Decision named by one index per head; inactive heads are ignored."""
+        lifecycle_op = LifecycleOp(op)
+        if lifecycle_op is LifecycleOp.WAIT:
+            return Decision.wait()
+        if lifecycle_op is LifecycleOp.GERMINATE:
+            return Decision(lifecycle_op, self.slot_names[slot], self.blueprints[blueprint], BlendSchedule(schedule))
+        return Decision(lifecycle_op, self.slot_names[slot])
+
+    # ----------------------------------------------------------------- internals
+    def _slots(self, signals: TrainingSignals) -> Sequence[SlotSignals]:
+        names = tuple(s.name for s in signals.slots)
+        if names != self.slot_names:
+            raise ValueError(f"signals have slots {list(names)}, the action space has {list(self.slot_names)}")
+        return signals.slots
+
+    @staticmethod
+    def _can_act(op: LifecycleOp, s: SlotSignals, thresholds: GateThresholds, budget_left: bool) -> bool:
+        if not s.enabled:
+            return False
+        if op is LifecycleOp.GERMINATE:
+            return budget_left and germinate_gate(s.stage).passed
+        if op is LifecycleOp.FOSSILIZE:
+            return fossilize_gate(s.stage, s.epochs_in_stage, s.contribution, thresholds).passed
+        return cull_gate(s.stage).passed
