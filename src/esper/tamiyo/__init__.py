@@ -5,6 +5,7 @@ where and what to grow."""
 from esper.tamiyo.actions import HEADS, ActionSpace
 from esper.tamiyo.features import GLOBAL_FEATURES, ObservationLayout
 from esper.tamiyo.heuristic import PREFERRED_BLUEPRINTS, HeuristicConfig, HeuristicController
+from esper.tamiyo.policy import RecurrentPolicy
 from esper.tamiyo.signals import EpochMeasurements, SignalTracker, SlotSignals, TrainingSignals
 
 __all__ = [
@@ -16,6 +17,7 @@ __all__ = [
     "HeuristicConfig",
     "HeuristicController",
     "ObservationLayout",
+    "RecurrentPolicy",
     "SignalTracker",
     "SlotSignals",
     "TrainingSignals",

@@ -1,0 +1,70 @@
+"""The recurrent policy: feature layers, an LSTM, factored action heads and a value head."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+LSTMState = tuple[torch.Tensor, torch.Tensor]
+
+
+def _orthogonal(layer: nn.Linear, gain: float) -> nn.Linear:
+    nn.init.orthogonal_(layer.weight, gain)
+    nn.init.zeros_(layer.bias)
+    return layer
+
+
+class RecurrentPolicy(nn.Module):
+    """obs -> MLP -> LSTM -> one logits head per action head, and V(s).
+
+    Initialisation follows the recurrent-PPO recipe: orthogonal weights, gain sqrt(2) for the
+    feature layers, 0.01 for the action heads (near-uniform first policy, so no head starts
+    collapsed) and 1 for the value head; LSTM weights orthogonal with zero biases.
+    Sequences are (T, B, ...) and the LSTM state is zeroed wherever `episode_start` is set.
+    """
+
+    def __init__(self, obs_dim: int, head_sizes: tuple[int, ...], hidden: int = 128, lstm_hidden: int = 128) -> None:
+        super().__init__()
+        self.head_sizes = tuple(head_sizes)
+        self.encoder = nn.Sequential(
+            _orthogonal(nn.Linear(obs_dim, hidden), math.sqrt(2)),
+            nn.ReLU(),
+            _orthogonal(nn.Linear(hidden, hidden), math.sqrt(2)),
+            nn.ReLU(),
+        )
+        self.lstm = nn.LSTM(hidden, lstm_hidden)
+        for name, param in self.lstm.named_parameters():
+            if "weight" in name:
+                nn.init.orthogonal_(param, 1.0)
+            else:
+                nn.init.zeros_(param)
+        self.heads = nn.ModuleList(_orthogonal(nn.Linear(lstm_hidden, n), 0.01) for n in self.head_sizes)
+        self.value_head = _orthogonal(nn.Linear(lstm_hidden, 1), 1.0)
+
+    def initial_state(self, batch: int, device: torch.device | None = None) -> LSTMState:
+        """Zeros: the state at the start of every episode."""
+        shape = (self.lstm.num_layers, batch, self.lstm.hidden_size)
+        device = device or next(self.parameters()).device
+        return torch.zeros(shape, device=device), torch.zeros(shape, device=device)
+
+    def forward(
+        self, obs: torch.Tensor, state: LSTMState, episode_start: torch.Tensor
+    ) -> tuple[list[torch.Tensor], torch.Tensor, LSTMState]:
+        """Run a (T, B, obs_dim) sequence from `state`.
+
+        Returns the logits of every head (each (T, B, n), float32), values (T, B) and the state
+        after the last step. `episode_start[t, b]` zeroes env b's state before step t, so one call
+        can span an episode boundary and the update re-runs exactly what the rollout ran.
+        """
+        features = self.encoder(obs)
+        h, c = state
+        outputs = []
+        for t in range(obs.shape[0]):
+            keep = (~episode_start[t].bool()).float().view(1, -1, 1)
+            out, (h, c) = self.lstm(features[t : t + 1], (h * keep, c * keep))
+            outputs.append(out)
+        hidden = torch.cat(outputs)
+        logits = [head(hidden).float() for head in self.heads]
+        return logits, self.value_head(hidden).squeeze(-1).float(), (h, c)
