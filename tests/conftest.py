@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from esper.kasmina import CNNHost, TransformerHost
+from esper.tamiyo import TrainingSignals
 from esper.tolaria import EnvConfig, MorphogeneticEnv, TaskSpec, get_task
 from esper.tolaria.datasets import TokenData, load_shapes, pydoc_topics_bytes, split_tokens
 
@@ -15,6 +16,29 @@ from esper.tolaria.datasets import TokenData, load_shapes, pydoc_topics_bytes, s
 def enum_name(member: object) -> str:
     """Readable test ids: stage and op names instead of their integer values."""
     return getattr(member, "name", repr(member))
+
+
+def training_signals(slots, **overrides) -> TrainingSignals:
+    """Signals of a mid-episode env with the given slot signals; any field can be overridden."""
+    fields = dict(
+        epoch=5,
+        max_epochs=25,
+        train_loss=1.0,
+        train_accuracy=50.0,
+        val_loss=1.0,
+        val_accuracy=50.0,
+        val_accuracy_delta=0.0,
+        val_loss_delta=0.0,
+        best_val_accuracy=50.0,
+        plateau_epochs=3,
+        host_params=100,
+        seed_params=0,
+        seeds_germinated=0,
+        max_seeds=6,
+        epochs_since_germination=10,
+    )
+    fields.update(overrides)
+    return TrainingSignals(slots=tuple(slots), **fields)
 
 
 def tiny_shapes_task() -> TaskSpec:

@@ -7,7 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import make_env
+from conftest import make_env, training_signals
 from esper.kasmina import GateRefused, SlotLifecycle, Topology
 from esper.leyline import BlendSchedule, GateThresholds, LifecycleOp, SeedStage
 from esper.simic import MaskedCategorical
@@ -42,23 +42,14 @@ def make_signals(states, germinated: int, max_seeds: int) -> TrainingSignals:
         )
         for i, (name, (stage, epochs, contribution, enabled)) in enumerate(zip(SLOTS, states, strict=True))
     )
-    return TrainingSignals(
+    return training_signals(
+        slots,
         epoch=3,
         max_epochs=20,
-        train_loss=1.0,
-        train_accuracy=50.0,
-        val_loss=1.0,
-        val_accuracy=50.0,
-        val_accuracy_delta=0.0,
-        val_loss_delta=0.0,
-        best_val_accuracy=50.0,
         plateau_epochs=0,
-        host_params=100,
-        seed_params=0,
         seeds_germinated=germinated,
         max_seeds=max_seeds,
         epochs_since_germination=3,
-        slots=slots,
     )
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from conftest import make_env
+from conftest import make_env, training_signals
 from esper.kasmina import Topology
 from esper.kasmina.lifecycle import StageChange
 from esper.leyline import Decision, GateThresholds, LifecycleOp, SeedStage
@@ -34,23 +34,13 @@ def slot(name: str, stage: SeedStage = SeedStage.DORMANT, contribution: float | 
 
 
 def signals(slots, epoch=5, plateau=3, germinated=0, since=10, max_seeds=6) -> TrainingSignals:
-    return TrainingSignals(
+    return training_signals(
+        slots,
         epoch=epoch,
-        max_epochs=25,
-        train_loss=1.0,
-        train_accuracy=50.0,
-        val_loss=1.0,
-        val_accuracy=50.0,
-        val_accuracy_delta=0.0,
-        val_loss_delta=0.0,
-        best_val_accuracy=50.0,
         plateau_epochs=plateau,
-        host_params=100,
-        seed_params=0,
         seeds_germinated=germinated,
-        max_seeds=max_seeds,
         epochs_since_germination=since,
-        slots=tuple(slots),
+        max_seeds=max_seeds,
     )
 
 
