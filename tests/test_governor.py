@@ -29,15 +29,15 @@ def test_judge_flags_non_finite_and_blowups_only() -> None:
 
 def poison_next_epoch(env: MorphogeneticEnv, monkeypatch: pytest.MonkeyPatch) -> None:
     """Make the next training epoch diverge after the decision has been executed."""
-    original = env._train_epoch
+    original = env.train_batch
 
-    def poisoned():
+    def poisoned(x, y):
         with torch.no_grad():
             next(env.model.host.parameters()).fill_(float("nan"))
-        monkeypatch.setattr(env, "_train_epoch", original)
-        return original()
+        monkeypatch.setattr(env, "train_batch", original)
+        return original(x, y)
 
-    monkeypatch.setattr(env, "_train_epoch", poisoned)
+    monkeypatch.setattr(env, "train_batch", poisoned)
 
 
 def assert_consistent_and_trainable(env: MorphogeneticEnv) -> None:
@@ -128,15 +128,15 @@ def test_snapshot_is_not_aliased_by_later_training(monkeypatch: pytest.MonkeyPat
 
 def poison_seed_next_epoch(env: MorphogeneticEnv, slot: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Make one seed (not the host) diverge in the next epoch."""
-    original = env._train_epoch
+    original = env.train_batch
 
-    def poisoned():
+    def poisoned(x, y):
         with torch.no_grad():
             next(env.model.slot(slot).seed.parameters()).fill_(float("inf"))
-        monkeypatch.setattr(env, "_train_epoch", original)
-        return original()
+        monkeypatch.setattr(env, "train_batch", original)
+        return original(x, y)
 
-    monkeypatch.setattr(env, "_train_epoch", poisoned)
+    monkeypatch.setattr(env, "train_batch", poisoned)
 
 
 def test_a_diverging_seed_in_training_cannot_poison_the_host() -> None:
@@ -245,15 +245,15 @@ def test_a_loss_blowup_without_nan_rolls_back(monkeypatch: pytest.MonkeyPatch) -
     for _ in range(3):
         env.step(Decision.wait())
     reference = {k: v.clone() for k, v in env.model.state_dict().items() if isinstance(v, torch.Tensor)}
-    original = env._train_epoch
+    original = env.train_batch
 
-    def exploding():
+    def exploding(x, y):
         with torch.no_grad():
             env.model.host.segments[-1][-1].weight.mul_(1e4)  # huge but finite logits
-        monkeypatch.setattr(env, "_train_epoch", original)
-        return original()
+        monkeypatch.setattr(env, "train_batch", original)
+        return original(x, y)
 
-    monkeypatch.setattr(env, "_train_epoch", exploding)
+    monkeypatch.setattr(env, "train_batch", exploding)
     result = env.step(Decision.wait())
     assert result.panic is not None and "blow-up" in result.panic
     restored = env.model.state_dict()
@@ -271,3 +271,30 @@ def test_repeated_rollbacks_end_the_episode(monkeypatch: pytest.MonkeyPatch) -> 
     assert second.done and "2 consecutive rollbacks" in second.panic
     with pytest.raises(RuntimeError, match="episode is over"):
         env.step(Decision.wait())
+
+
+def test_end_episode_on_panic_ends_at_the_first_rollback(monkeypatch: pytest.MonkeyPatch) -> None:
+    env = make_env(max_epochs=20, end_episode_on_panic=True)
+    env.reset(0)
+    env.step(Decision.wait())
+    poison_next_epoch(env, monkeypatch)
+    result = env.step(Decision.wait())
+    assert result.panic is not None and result.done and env.episode_over
+    with pytest.raises(RuntimeError, match="episode is over"):
+        env.step(Decision.wait())
+    env.reset(1)
+    assert not env.episode_over
+
+
+def test_an_exception_between_batches_is_undone_by_abort_step() -> None:
+    env = make_env(max_epochs=6)
+    env.reset(0)
+    before = {k: v.clone() for k, v in env.model.state_dict().items() if isinstance(v, torch.Tensor)}
+    env.begin_step(Decision(LifecycleOp.GERMINATE, "early", "conv_light"))
+    x, y = next(env.data.train_batches(env.config.task.batch_size, torch.Generator().manual_seed(0)))
+    env.train_batch(x, y)
+    env.abort_step()
+    assert env.epoch == 0 and env.seeds_germinated == 0 and env.model.slot("early").seed is None
+    after = env.model.state_dict()
+    assert all(torch.equal(after[k], v) for k, v in before.items())
+    assert_consistent_and_trainable(env)

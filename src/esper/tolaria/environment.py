@@ -32,7 +32,7 @@ from esper.tamiyo.signals import EpochMeasurements, SignalTracker, SlotSignals, 
 from esper.tolaria.datasets import TaskData
 from esper.tolaria.governor import Governor, GovernorConfig, Snapshot
 from esper.tolaria.tasks import TaskSpec
-from esper.tolaria.training import TrainStats, ValidationStats, train_epoch, validate
+from esper.tolaria.training import TrainingEpoch, TrainStats, ValidationStats, validate
 
 VALIDATION_BATCH_SIZE = 500
 
@@ -48,6 +48,9 @@ class EnvConfig:
     """Most germinations in one episode; 0 trains the host alone."""
     thresholds: GateThresholds = field(default_factory=GateThresholds)
     governor: GovernorConfig = field(default_factory=GovernorConfig)
+    end_episode_on_panic: bool = False
+    """End the episode at the first governor rollback (PPO: the panic is a terminal with a
+    penalty); otherwise the env rolls back and trains on, until the governor gives up."""
 
     def __post_init__(self) -> None:
         if self.max_epochs < 1:
@@ -80,6 +83,16 @@ class SeedRecord:
             "stage_history": [list(p) for p in self.stage_history],
             "final_stage": self.final_stage,
         }
+
+
+@dataclass
+class _OpenStep:
+    """A step between `begin_step` and `end_step`."""
+
+    decision: Decision
+    changes: list[tuple[str, StageChange]]
+    blended: set[str]
+    training: TrainingEpoch
 
 
 @dataclass(frozen=True)
@@ -148,23 +161,68 @@ class MorphogeneticEnv:
         measured = EpochMeasurements(val.loss, val.accuracy, val.loss, val.accuracy)
         self._last_val, self._last_grads = val, {}
         self._pending_events: list[Event] = []
+        self._open: _OpenStep | None = None
+        self._epoch_before_step: int | None = None
+        self._ended_by_panic = False
         self.governor.record_healthy(None, self._snapshot())
         self.signals = self._observe(measured, val)
         return self.signals
 
     def step(self, decision: Decision) -> StepResult:
+        """One whole RL step on the env's own data order: `begin_step`, one epoch of
+        `train_batch`, `end_step`."""
+        self.begin_step(decision)
+        try:
+            for x, y in self.data.train_batches(self.config.task.batch_size, self._rng):
+                self.train_batch(x, y)
+        except BaseException:
+            self.abort_step()
+            raise
+        return self.end_step()
+
+    def begin_step(self, decision: Decision) -> list[tuple[str, StageChange]]:
+        """Check and execute `decision`, then open the epoch's training. A refused decision
+        raises before anything changes."""
         if self.model is None:
             raise RuntimeError("call reset() before step()")
-        if self.epoch >= self.config.max_epochs or self.governor.gave_up:
+        if self.episode_over:
             raise RuntimeError(f"episode is over after {self.epoch} epochs; call reset()")
+        if self._open is not None:
+            raise RuntimeError("begin_step() called twice without end_step()")
         self._check(decision)
+        self._epoch_before_step = self.epoch
         self.epoch += 1
         try:
             changes = self._execute(decision)
+            factor = cosine_lr_factor(self.epoch, self.config.max_epochs)
+            optimizers = [self.host_optimizer, *self.seed_optimizers.values()]
+            for opt in optimizers:
+                for group in opt.param_groups:
+                    group["lr"] = group["base_lr"] * factor
             blended = set(self.model.blended_slots())
-            train = self._train_epoch()
+            self._open = _OpenStep(decision, changes, blended, TrainingEpoch(self.model, optimizers))
+        except BaseException:
+            self.abort_step()
+            raise
+        return changes
+
+    def train_batch(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        """One optimisation step of the open epoch (no host-device sync)."""
+        if self._open is None:
+            raise RuntimeError("train_batch() outside begin_step()/end_step()")
+        self._open.training.step(x, y)
+
+    def end_step(self) -> StepResult:
+        """Validate, let the governor judge, tick every lifecycle, and return the new signals."""
+        assert self.model is not None
+        if self._open is None:
+            raise RuntimeError("end_step() without begin_step()")
+        step = self._open
+        try:
+            train = step.training.finish()
             val = self._validate()
             panic = self.governor.judge(train.loss, val.loss)
+            changes = step.changes
             if panic is None:
                 changes += self._tick(train, val)
                 measured = EpochMeasurements(train.loss, train.accuracy, val.loss, val.accuracy)
@@ -174,23 +232,36 @@ class MorphogeneticEnv:
                 # The step's transitions are undone with the rest of the state, so none is reported;
                 # a blended seed that diverged is culled, and the kept snapshot learns the cull.
                 self._rollback(panic)
-                changes = self._cull_diverged(train, blended)
+                changes = self._cull_diverged(train, step.blended)
                 if changes:
                     self.governor.amend_snapshot(self._snapshot())
                 val, measured = self._last_val, self._last_measured
+                if self.config.end_episode_on_panic:
+                    self._ended_by_panic = True
         except BaseException:
-            # Nothing half-done survives an exception (out of memory, a bad batch, Ctrl-C).
-            self._pending_events.clear()
-            self._restore(self.governor.last_snapshot())
-            self.epoch -= 1
+            self.abort_step()
             raise
+        self._open, self._epoch_before_step = None, None
         self._flush_events()
         self.signals = self._observe(measured, val, healthy=panic is None)
-        done = self.epoch >= self.config.max_epochs or self.governor.gave_up
         if panic is not None and self.governor.gave_up:
             panic += f"; episode ended after {self.governor.consecutive_rollbacks} consecutive rollbacks"
-        self._emit_epoch(self.signals, decision)
-        return StepResult(self.signals, tuple(changes), panic, done)
+        self._emit_epoch(self.signals, step.decision)
+        return StepResult(self.signals, tuple(changes), panic, self.episode_over)
+
+    def abort_step(self) -> None:
+        """Undo a step that raised half-way: nothing half-done survives an exception (out of
+        memory, a bad batch, Ctrl-C)."""
+        if self._epoch_before_step is None:
+            return
+        self._pending_events.clear()
+        self._restore(self.governor.last_snapshot())
+        self.epoch = self._epoch_before_step
+        self._open, self._epoch_before_step = None, None
+
+    @property
+    def episode_over(self) -> bool:
+        return self.epoch >= self.config.max_epochs or self.governor.gave_up or self._ended_by_panic
 
     def episode_seconds(self) -> float:
         return time.perf_counter() - self._started
@@ -248,15 +319,6 @@ class MorphogeneticEnv:
         change = slot.cull(decision.reason or "culled by controller")
         self.seed_optimizers.pop(name, None)
         return self._log_changes(name, [change])
-
-    def _train_epoch(self) -> TrainStats:
-        assert self.model is not None
-        factor = cosine_lr_factor(self.epoch, self.config.max_epochs)
-        for opt in (self.host_optimizer, *self.seed_optimizers.values()):
-            for group in opt.param_groups:
-                group["lr"] = group["base_lr"] * factor
-        batches = self.data.train_batches(self.config.task.batch_size, self._rng)
-        return train_epoch(self.model, batches, [self.host_optimizer, *self.seed_optimizers.values()])
 
     def _validate(self) -> ValidationStats:
         assert self.model is not None

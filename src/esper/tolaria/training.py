@@ -58,52 +58,70 @@ def seed_gradient_norm(seed: nn.Module) -> torch.Tensor:
     return torch.nn.utils.get_total_norm(grads)
 
 
+class TrainingEpoch:
+    """One training epoch fed a batch at a time, with every running sum kept on the device.
+
+    The vectorized trainer feeds every env the same batch before drawing the next (one shared
+    data iteration per step); a single env feeds itself through `train_epoch`. Both run this
+    one training step. The host optimizer and one optimizer per seed step together after each
+    backward pass; gradient norms of every seed are collected here, the one place gradients
+    are inspected.
+    """
+
+    def __init__(self, model: MorphogeneticModel, optimizers: list[torch.optim.Optimizer]) -> None:
+        self.model, self.optimizers = model, optimizers
+        self.seeded = [s for s in model.ordered_slots() if s.seed is not None]
+        device = next(model.parameters()).device
+        self.loss_sum = torch.zeros((), device=device)
+        self.correct = torch.zeros((), device=device, dtype=torch.int64)
+        self.grad_sums = torch.zeros(len(self.seeded), device=device)
+        self.n_steps, self.n_items = 0, 0
+
+    def step(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        self.model.train()
+        for opt in self.optimizers:
+            opt.zero_grad(set_to_none=True)
+        loss, batch_correct = loss_and_correct(self.model(x), y)
+        loss.backward()
+        if self.seeded:
+            self.grad_sums += torch.stack([seed_gradient_norm(s.seed) for s in self.seeded])  # type: ignore[arg-type]
+        for opt in self.optimizers:
+            opt.step()
+        self.loss_sum += loss.detach()
+        self.correct += batch_correct
+        self.n_steps += 1
+        self.n_items += y.numel()
+
+    def finish(self) -> TrainStats:
+        """The epoch's statistics, read back with the one host-device sync of the epoch."""
+        if self.n_steps == 0:
+            raise ValueError("the training data yielded no batch: the dataset is smaller than one batch")
+        finite = [s.finite_flag() for s in self.seeded]
+        host_finite = torch.stack([torch.isfinite(p).all() for p in self.model.host_parameters()]).all()
+        head = torch.stack([self.loss_sum, self.correct.float(), host_finite.float()])
+        flags = torch.stack(finite).float() if finite else self.grad_sums.new_zeros(0)
+        packed = torch.cat([head, self.grad_sums, flags]).tolist()
+        names = [s.slot_id.name for s in self.seeded]
+        k = len(names)
+        return TrainStats(
+            loss=packed[0] / self.n_steps,
+            accuracy=100.0 * packed[1] / self.n_items,
+            seed_grad_norm={n: g / self.n_steps for n, g in zip(names, packed[3 : 3 + k], strict=True)},
+            seed_finite={n: f > 0.5 for n, f in zip(names, packed[3 + k :], strict=True)},
+            host_finite=packed[2] > 0.5,
+        )
+
+
 def train_epoch(
     model: MorphogeneticModel,
     batches: Iterable[Batch],
     optimizers: list[torch.optim.Optimizer],
 ) -> TrainStats:
-    """Train every parameter of `model` for one pass over `batches` with all `optimizers`.
-
-    The host optimizer and one optimizer per seed step together after each backward pass.
-    Gradient norms of every seed are collected here, the one place gradients are inspected.
-    """
-    model.train()
-    seeded = [s for s in model.ordered_slots() if s.seed is not None]
-    device = next(model.parameters()).device
-    loss_sum = torch.zeros((), device=device)
-    correct = torch.zeros((), device=device, dtype=torch.int64)
-    grad_sums = torch.zeros(len(seeded), device=device)
-    n_steps, n_items = 0, 0
+    """Train every parameter of `model` for one pass over `batches` with all `optimizers`."""
+    epoch = TrainingEpoch(model, optimizers)
     for x, y in batches:
-        for opt in optimizers:
-            opt.zero_grad(set_to_none=True)
-        loss, batch_correct = loss_and_correct(model(x), y)
-        loss.backward()
-        if seeded:
-            grad_sums += torch.stack([seed_gradient_norm(s.seed) for s in seeded])  # type: ignore[arg-type]
-        for opt in optimizers:
-            opt.step()
-        loss_sum += loss.detach()
-        correct += batch_correct
-        n_steps += 1
-        n_items += y.numel()
-    if n_steps == 0:
-        raise ValueError("the training data yielded no batch: the dataset is smaller than one batch")
-    finite = [s.finite_flag() for s in seeded]
-    host_finite = torch.stack([torch.isfinite(p).all() for p in model.host_parameters()]).all()
-    head = torch.stack([loss_sum, correct.float(), host_finite.float()])
-    flags = torch.stack(finite).float() if finite else grad_sums.new_zeros(0)
-    packed = torch.cat([head, grad_sums, flags]).tolist()  # the one sync of the epoch
-    names = [s.slot_id.name for s in seeded]
-    k = len(names)
-    return TrainStats(
-        loss=packed[0] / n_steps,
-        accuracy=100.0 * packed[1] / n_items,
-        seed_grad_norm={n: g / n_steps for n, g in zip(names, packed[3 : 3 + k], strict=True)},
-        seed_finite={n: f > 0.5 for n, f in zip(names, packed[3 + k :], strict=True)},
-        host_finite=packed[2] > 0.5,
-    )
+        epoch.step(x, y)
+    return epoch.finish()
 
 
 @torch.no_grad()
