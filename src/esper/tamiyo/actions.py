@@ -69,6 +69,24 @@ class ActionSpace:
             [True, op is not LifecycleOp.WAIT, op is LifecycleOp.GERMINATE, op is LifecycleOp.GERMINATE]
         )
 
+    def conditional_masks(
+        self, signals: TrainingSignals, thresholds: GateThresholds
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
+        """The op mask (n_ops,) and, for each later head, its mask per op (n_ops, n_k): the form
+        the PPO sampler takes (`esper.simic.FactoredMasks`)."""
+        slot_table = torch.stack([self.slot_mask(op, signals, thresholds) for op in LifecycleOp])
+        op_mask = slot_table.any(dim=1)
+        op_mask[LifecycleOp.WAIT] = True
+        n_ops = len(LifecycleOp)
+        blueprints = self.blueprint_mask().expand(n_ops, -1)
+        schedules = torch.ones(n_ops, len(BlendSchedule), dtype=torch.bool)
+        return op_mask, (slot_table, blueprints, schedules)
+
+    @classmethod
+    def head_active_table(cls) -> torch.Tensor:
+        """(n_ops, n_heads): `head_active` for every op."""
+        return torch.stack([cls.head_active(op) for op in LifecycleOp])
+
     def decode(self, op: int, slot: int, blueprint: int, schedule: int) -> Decision:
         """The Decision named by one index per head; inactive heads are ignored."""
         lifecycle_op = LifecycleOp(op)

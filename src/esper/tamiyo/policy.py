@@ -61,9 +61,13 @@ class RecurrentPolicy(nn.Module):
         features = self.encoder(obs)
         h, c = state
         outputs = []
-        for t in range(obs.shape[0]):
-            keep = (~episode_start[t].bool()).float().view(1, -1, 1)
-            out, (h, c) = self.lstm(features[t : t + 1], (h * keep, c * keep))
+        # Run the LSTM in one call over each stretch with no episode start inside it: a rollout
+        # step is one stretch, and an update over whole episodes is one stretch per sequence.
+        resets = episode_start.bool()
+        starts = [0, *(torch.nonzero(resets[1:].any(dim=1)).flatten() + 1).tolist()]
+        for begin, end in zip(starts, [*starts[1:], obs.shape[0]], strict=True):
+            keep = (~resets[begin]).to(h.dtype).view(1, -1, 1)
+            out, (h, c) = self.lstm(features[begin:end], (h * keep, c * keep))
             outputs.append(out)
         hidden = torch.cat(outputs)
         logits = [head(hidden).float() for head in self.heads]

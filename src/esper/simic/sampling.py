@@ -1,0 +1,82 @@
+"""Sampling factored discrete actions under masks, where the first head conditions the rest.
+
+A discrete action space is one head; a multi-discrete one is several. Masks may make a later
+head depend on the first head's choice (a lifecycle op decides which slots are valid), so each
+later head's mask is given per first-head choice, and the mask actually used is resolved after
+the first head is sampled. The resolved masks are what the rollout buffer stores: the update
+rebuilds exactly the distributions the rollout sampled from.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from esper.simic.distributions import MaskedCategorical
+
+
+@dataclass(frozen=True)
+class FactoredMasks:
+    """Masks for N rows of an action with heads of sizes (n0, n1, ...)."""
+
+    first: torch.Tensor
+    """(N, n0) bool: valid choices of the first head."""
+    conditional: tuple[torch.Tensor, ...]
+    """One (N, n0, nk) bool per later head: its valid choices given each first-head choice."""
+    head_active: torch.Tensor
+    """(n0, H) bool: which heads matter for each first-head choice (the first always does)."""
+
+    @staticmethod
+    def unmasked(n_rows: int, head_sizes: tuple[int, ...], device: torch.device | None = None) -> FactoredMasks:
+        """Every choice valid and every head active: a plain (multi-)discrete action space."""
+        n0 = head_sizes[0]
+        return FactoredMasks(
+            first=torch.ones(n_rows, n0, dtype=torch.bool, device=device),
+            conditional=tuple(torch.ones(n_rows, n0, n, dtype=torch.bool, device=device) for n in head_sizes[1:]),
+            head_active=torch.ones(n0, len(head_sizes), dtype=torch.bool, device=device),
+        )
+
+
+@dataclass(frozen=True)
+class FactoredSample:
+    actions: torch.Tensor
+    """(N, H) int64: one choice per head (an inactive head's choice is sampled but ignored)."""
+    log_probs: torch.Tensor
+    """(N, H) float32 log-probabilities of each head's choice."""
+    entropies: torch.Tensor
+    """(N, H) float32 entropy of each head's distribution."""
+    head_active: torch.Tensor
+    """(N, H) bool."""
+    masks: torch.Tensor
+    """(N, n0 + n1 + ...) bool: the resolved mask of every head, concatenated."""
+
+
+def sample_factored(
+    logits: list[torch.Tensor], masks: FactoredMasks, generator: torch.Generator | None = None
+) -> FactoredSample:
+    """Sample the first head, then every later head under its mask for that choice."""
+    first_dist = MaskedCategorical(logits[0], masks.first)
+    first = first_dist.sample(generator)
+    rows = torch.arange(first.shape[0], device=first.device)
+    dists, resolved = [first_dist], [masks.first]
+    for head_logits, conditional in zip(logits[1:], masks.conditional, strict=True):
+        mask = conditional[rows, first]
+        dists.append(MaskedCategorical(head_logits, mask))
+        resolved.append(mask)
+    actions = torch.stack([first, *(d.sample(generator) for d in dists[1:])], dim=-1)
+    log_probs = torch.stack([d.log_prob(actions[:, k]) for k, d in enumerate(dists)], dim=-1)
+    entropies = torch.stack([d.entropy() for d in dists], dim=-1)
+    return FactoredSample(actions, log_probs, entropies, masks.head_active[first], torch.cat(resolved, dim=-1))
+
+
+def evaluate_factored(
+    logits: list[torch.Tensor], resolved_masks: torch.Tensor, actions: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-probabilities and entropies (each (N, H)) of stored `actions` under stored masks."""
+    sizes = [lg.shape[-1] for lg in logits]
+    masks = resolved_masks.split(sizes, dim=-1)
+    dists = [MaskedCategorical(lg, m) for lg, m in zip(logits, masks, strict=True)]
+    log_probs = torch.stack([d.log_prob(actions[:, k]) for k, d in enumerate(dists)], dim=-1)
+    entropies = torch.stack([d.entropy() for d in dists], dim=-1)
+    return log_probs, entropies

@@ -1,0 +1,381 @@
+"""PPO over vectorized morphogenetic environments: small phases around explicit state.
+
+One round collects one episode from each of `n_envs` envs in lockstep, then updates the policy:
+
+    start_round -> for each epoch: observe -> act -> train_epoch -> reward_and_store
+                -> finish_round (GAE, PPO update, metrics)
+
+- observe: each env's signals become the fixed-size observation; the running normalizer is
+  updated with the raw batch, and the normalized batch is what the policy sees and the buffer
+  stores.
+- act: one batched policy forward for every env still in its episode; the op is sampled first,
+  then the other heads under the masks for that op.
+- train_epoch: every env executes its decision, then one shared data iteration feeds each batch
+  to every env before the next is drawn (batch-first), then every env validates (with its
+  counterfactuals), lets its governor judge and ticks its lifecycles.
+- reward_and_store: the reward of (state, action, next state), and one buffer step per env.
+
+Episode ends: the time limit is a true terminal. The episode is a whole host training run, the
+epoch fraction is in the observation, and nothing follows the last epoch, so the return does not
+bootstrap past it. A governor panic rolls the env back and ends its episode, also as a terminal,
+with a penalty that stays in its own segment of the buffer; other envs go on untouched.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from esper.leyline import Decision, GateThresholds, LifecycleOp
+from esper.simic.buffer import RolloutBuffer
+from esper.simic.normalizer import RunningMeanStd
+from esper.simic.ppo import PPOConfig, UpdateStats, ppo_update
+from esper.simic.rewards import RewardBreakdown, RewardConfig, RewardFunction
+from esper.simic.sampling import FactoredMasks, FactoredSample, sample_factored
+from esper.tamiyo import HEADS, ActionSpace, ObservationLayout, RecurrentPolicy, TrainingSignals
+from esper.tolaria.datasets import TaskData
+from esper.tolaria.environment import EnvConfig, MorphogeneticEnv, StepResult
+
+LSTMState = tuple[torch.Tensor, torch.Tensor]
+
+
+@dataclass(frozen=True)
+class TrainerConfig:
+    """Everything that decides what a PPO run learns (saved in every checkpoint)."""
+
+    episodes: int
+    """Total episodes of the run, counting those done before a resume."""
+    n_envs: int
+    seed: int = 0
+    hidden: int = 128
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    ppo: PPOConfig = field(default_factory=PPOConfig)
+
+    def __post_init__(self) -> None:
+        if self.episodes < 1:
+            raise ValueError(f"episodes must be >= 1, got {self.episodes}")
+        if self.n_envs < 1:
+            raise ValueError(f"n_envs must be >= 1, got {self.n_envs}")
+        RewardFunction(self.reward, self.ppo.gamma)  # a gamma mismatch is a ValueError here
+
+    @property
+    def total_rounds(self) -> int:
+        return math.ceil(self.episodes / self.n_envs)
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class Learner:
+    """The state that persists across rounds, and everything a checkpoint must hold."""
+
+    policy: RecurrentPolicy
+    optimizer: torch.optim.Optimizer
+    obs_norm: RunningMeanStd
+    sample_generator: torch.Generator
+    """Action sampling (on the policy's device)."""
+    update_generator: torch.Generator
+    """Minibatch shuffling (CPU)."""
+    data_generator: torch.Generator
+    """The shared data order of every env (CPU)."""
+    round: int = 0
+    episodes_done: int = 0
+    global_step: int = 0
+
+
+@dataclass
+class Setup:
+    """What the run is made of: envs, their shared data, the observation and action spaces."""
+
+    config: TrainerConfig
+    envs: list[MorphogeneticEnv]
+    data: TaskData
+    """The data the shared batches are drawn from (on the first env's device)."""
+    layout: ObservationLayout
+    actions: ActionSpace
+    reward: RewardFunction
+    policy_device: torch.device
+    thresholds: GateThresholds
+    episode_seed: Callable[[int], int] = lambda episode: episode
+
+    @property
+    def batch_size(self) -> int:
+        return self.envs[0].config.task.batch_size
+
+    @property
+    def max_epochs(self) -> int:
+        return self.envs[0].config.max_epochs
+
+
+@dataclass
+class RoundState:
+    """One round in flight: which envs still run, their signals, LSTM state and the buffer."""
+
+    envs: list[MorphogeneticEnv]
+    episodes: list[int]
+    signals: list[TrainingSignals]
+    running: list[bool]
+    lstm: LSTMState
+    episode_start: torch.Tensor
+    buffer: RolloutBuffer
+    returns: list[float]
+    reward_parts: list[RewardBreakdown] = field(default_factory=list)
+    ops: list[int] = field(default_factory=list)
+    panics: int = 0
+    started: float = field(default_factory=time.perf_counter)
+
+    def running_ids(self) -> list[int]:
+        return [i for i, r in enumerate(self.running) if r]
+
+
+def build_envs(
+    env_config: EnvConfig, data: TaskData, devices: Sequence[torch.device], n_envs: int, emit=None
+) -> list[MorphogeneticEnv]:
+    """`n_envs` envs spread round-robin over `devices`; each ends its episode at a governor panic."""
+    config = dataclasses.replace(env_config, end_episode_on_panic=True)
+    return [
+        MorphogeneticEnv(dataclasses.replace(config, device=devices[i % len(devices)]), data, emit)
+        for i in range(n_envs)
+    ]
+
+
+def make_learner(config: TrainerConfig, layout: ObservationLayout, actions: ActionSpace, device: torch.device):
+    policy = RecurrentPolicy(layout.obs_dim, actions.head_sizes, config.hidden, config.hidden).to(device)
+    optimizer = torch.optim.Adam(policy.parameters(), lr=config.ppo.learning_rate, eps=1e-5)
+    return Learner(
+        policy=policy,
+        optimizer=optimizer,
+        obs_norm=RunningMeanStd(layout.obs_dim),
+        sample_generator=torch.Generator(device=device).manual_seed(config.seed),
+        update_generator=torch.Generator().manual_seed(config.seed + 1),
+        data_generator=torch.Generator().manual_seed(config.seed + 2),
+    )
+
+
+# --------------------------------------------------------------------------- phases
+def start_round(setup: Setup, learner: Learner, n_envs: int) -> RoundState:
+    """Reset the first `n_envs` envs on the next episode indices."""
+    envs = setup.envs[:n_envs]
+    episodes = [learner.episodes_done + i for i in range(n_envs)]
+    signals = [env.reset(setup.episode_seed(ep), ep) for env, ep in zip(envs, episodes, strict=True)]
+    state = learner.policy.initial_state(n_envs, setup.policy_device)
+    buffer = RolloutBuffer(
+        setup.max_epochs, n_envs, setup.layout.obs_dim, setup.actions.head_sizes, state, setup.policy_device
+    )
+    return RoundState(
+        envs=envs,
+        episodes=episodes,
+        signals=signals,
+        running=[True] * n_envs,
+        lstm=state,
+        episode_start=torch.ones(n_envs, dtype=torch.bool, device=setup.policy_device),
+        buffer=buffer,
+        returns=[0.0] * n_envs,
+    )
+
+
+def observe(setup: Setup, learner: Learner, rs: RoundState, ids: list[int]) -> torch.Tensor:
+    """The normalized observations of envs `ids`, (K, obs_dim) on the policy's device."""
+    raw = torch.stack([setup.layout.featurize(rs.signals[i]) for i in ids])
+    learner.obs_norm.update(raw)
+    return learner.obs_norm.normalize(raw).to(setup.policy_device)
+
+
+def action_masks(setup: Setup, rs: RoundState, ids: list[int]) -> FactoredMasks:
+    firsts, conditionals = [], []
+    for i in ids:
+        first, conditional = setup.actions.conditional_masks(rs.signals[i], setup.thresholds)
+        firsts.append(first)
+        conditionals.append(conditional)
+    device = setup.policy_device
+    return FactoredMasks(
+        first=torch.stack(firsts).to(device),
+        conditional=tuple(torch.stack(heads).to(device) for heads in zip(*conditionals, strict=True)),
+        head_active=setup.actions.head_active_table().to(device),
+    )
+
+
+@torch.no_grad()
+def act(
+    setup: Setup, learner: Learner, rs: RoundState, ids: list[int], obs: torch.Tensor
+) -> tuple[FactoredSample, torch.Tensor, list[Decision]]:
+    """One batched forward for envs `ids`: their sampled actions, values and decisions."""
+    index = torch.tensor(ids, device=setup.policy_device)
+    h, c = rs.lstm
+    learner.policy.eval()
+    logits, values, (h_new, c_new) = learner.policy(
+        obs.unsqueeze(0), (h[:, index], c[:, index]), rs.episode_start[index].unsqueeze(0)
+    )
+    h[:, index], c[:, index] = h_new, c_new
+    sample = sample_factored([lg[0] for lg in logits], action_masks(setup, rs, ids), learner.sample_generator)
+    decisions = [setup.actions.decode(*row) for row in sample.actions.tolist()]
+    return sample, values[0], decisions
+
+
+def train_epoch(setup: Setup, learner: Learner, rs: RoundState, ids: list[int], decisions: list[Decision]):
+    """Every env in `ids` executes its decision and trains one epoch on the same shared batches."""
+    envs = [rs.envs[i] for i in ids]
+    for env, decision in zip(envs, decisions, strict=True):
+        env.begin_step(decision)
+    try:
+        for x, y in setup.data.train_batches(setup.batch_size, learner.data_generator):
+            for env in envs:
+                env.train_batch(x.to(env.config.device, non_blocking=True), y.to(env.config.device, non_blocking=True))
+    except BaseException:
+        for env in envs:
+            env.abort_step()
+        raise
+    return [env.end_step() for env in envs]
+
+
+def reward_and_store(
+    setup: Setup,
+    rs: RoundState,
+    ids: list[int],
+    obs: torch.Tensor,
+    sample: FactoredSample,
+    values: torch.Tensor,
+    decisions: list[Decision],
+    results: list[StepResult],
+) -> None:
+    """Reward each env's (state, action, next state) and append one step to its segment."""
+    rewards, terminated = [], []
+    for i, decision, result in zip(ids, decisions, results, strict=True):
+        panic = result.panic is not None
+        parts = setup.reward(rs.signals[i], decision, result.signals, terminal=result.done, panic=panic)
+        rewards.append(parts.total)
+        terminated.append(result.done)
+        rs.returns[i] += parts.total
+        rs.reward_parts.append(parts)
+        rs.ops.append(int(decision.op))
+        rs.panics += panic
+        rs.signals[i] = result.signals
+        rs.running[i] = not result.done
+    index = torch.tensor(ids)
+    device = setup.policy_device
+    rs.buffer.add(
+        envs=index,
+        obs=obs,
+        episode_start=rs.episode_start[index.to(device)],
+        actions=sample.actions,
+        masks=sample.masks,
+        log_probs=sample.log_probs,
+        head_active=sample.head_active,
+        values=values,
+        rewards=torch.tensor(rewards),
+        terminated=torch.tensor(terminated),
+        truncated=torch.zeros(len(ids), dtype=torch.bool),
+    )
+    rs.episode_start[index.to(device)] = False
+
+
+def finish_round(setup: Setup, learner: Learner, rs: RoundState) -> tuple[UpdateStats, dict[str, float]]:
+    """GAE (every episode ended as a terminal, so nothing bootstraps), the PPO update, metrics."""
+    ppo = setup.config.ppo
+    lr, ent_coef = ppo.schedule(learner.round)
+    for group in learner.optimizer.param_groups:
+        group["lr"] = lr
+    rs.buffer.compute_returns(torch.zeros(len(rs.envs)), ppo.gamma, ppo.gae_lambda)
+    stats = ppo_update(learner.policy, learner.optimizer, rs.buffer, ppo, ent_coef, learner.update_generator)
+    steps = int(rs.buffer.valid.sum())
+    learner.round += 1
+    learner.episodes_done += len(rs.envs)
+    learner.global_step += steps
+    seconds = time.perf_counter() - rs.started
+    row = round_metrics(learner, rs, stats, steps, seconds, lr, ent_coef)
+    return stats, row
+
+
+def round_metrics(
+    learner: Learner, rs: RoundState, stats: UpdateStats, steps: int, seconds: float, lr: float, ent_coef: float
+) -> dict[str, float]:
+    n = len(rs.envs)
+    final = rs.signals
+    row: dict[str, float] = {
+        "round": learner.round,
+        "episodes": learner.episodes_done,
+        "global_step": learner.global_step,
+        "charts/episodic_return": sum(rs.returns) / n,
+        "charts/episodic_length": steps / n,
+        "charts/final_val_accuracy": sum(s.val_accuracy for s in final) / n,
+        "charts/seed_param_share": sum(s.seed_params / max(s.host_params, 1) for s in final) / n,
+        "charts/seeds_germinated": sum(s.seeds_germinated for s in final) / n,
+        "charts/fossilized_seeds": sum(sum(r.final_stage == "FOSSILIZED" for r in env.records) for env in rs.envs) / n,
+        "charts/panics": float(rs.panics),
+        "charts/learning_rate": lr,
+        "charts/ent_coef": ent_coef,
+    }
+    for op in LifecycleOp:
+        row[f"charts/op_{op.name.lower()}"] = sum(o == int(op) for o in rs.ops) / max(len(rs.ops), 1)
+    for part in dataclasses.fields(RewardBreakdown):
+        row[f"rewards/{part.name}"] = sum(getattr(p, part.name) for p in rs.reward_parts) / n
+    row.update(stats.metrics(HEADS))
+    row["charts/SPS"] = steps / seconds
+    row["time/round_seconds"] = seconds
+    return row
+
+
+TIMING_METRICS: tuple[str, ...] = ("charts/SPS", "time/round_seconds")
+"""Wall-clock metrics: the only ones that differ between a run and its exact resume."""
+
+
+def run_round(setup: Setup, learner: Learner, on_epoch: Callable[[int], None] | None = None) -> dict[str, float]:
+    """Collect one episode per env (fewer in a last, partial round), then update the policy."""
+    n_envs = min(setup.config.n_envs, setup.config.episodes - learner.episodes_done)
+    rs = start_round(setup, learner, n_envs)
+    while ids := rs.running_ids():
+        obs = observe(setup, learner, rs, ids)
+        sample, values, decisions = act(setup, learner, rs, ids, obs)
+        results = train_epoch(setup, learner, rs, ids, decisions)
+        reward_and_store(setup, rs, ids, obs, sample, values, decisions, results)
+        if on_epoch is not None:
+            on_epoch(len(ids))
+    _, row = finish_round(setup, learner, rs)
+    return row
+
+
+# --------------------------------------------------------------------------- checkpoints
+def learner_state(learner: Learner) -> dict:
+    """Everything needed to continue exactly: weights, optimizer, normalizer, RNG states, counters."""
+    return {
+        "policy": learner.policy.state_dict(),
+        "optimizer": learner.optimizer.state_dict(),
+        "obs_norm": learner.obs_norm.state_dict(),
+        "rng": {
+            "torch": torch.get_rng_state(),
+            "sample": learner.sample_generator.get_state(),
+            "update": learner.update_generator.get_state(),
+            "data": learner.data_generator.get_state(),
+        },
+        "round": learner.round,
+        "episodes_done": learner.episodes_done,
+        "global_step": learner.global_step,
+    }
+
+
+def load_learner_state(learner: Learner, state: dict) -> None:
+    learner.policy.load_state_dict(state["policy"])
+    learner.optimizer.load_state_dict(state["optimizer"])
+    learner.obs_norm.load_state_dict(state["obs_norm"])
+    rng = state["rng"]
+    torch.set_rng_state(rng["torch"])
+    learner.sample_generator.set_state(rng["sample"])
+    learner.update_generator.set_state(rng["update"])
+    learner.data_generator.set_state(rng["data"])
+    learner.round, learner.episodes_done = int(state["round"]), int(state["episodes_done"])
+    learner.global_step = int(state["global_step"])
+
+
+def space_signature(layout: ObservationLayout, actions: ActionSpace) -> dict:
+    """What a checkpoint's policy is shaped for: a resumed run must have the same."""
+    return {
+        "observation_layout": list(layout.feature_names()),
+        "action_heads": {name: size for name, size in zip(HEADS, actions.head_sizes, strict=True)},
+        "blueprints": list(actions.blueprints),
+    }
