@@ -1,4 +1,5 @@
-"""`python -m esper.scripts.train heuristic [...]`: grow a host with the heuristic controller.
+"""`python -m esper.scripts.train heuristic|ppo [...]`: grow hosts with the heuristic controller,
+or learn a controller with PPO (`esper.scripts.ppo`).
 
 Every bad input ends in one line on stderr and exit code 2, before anything is written.
 """
@@ -12,25 +13,31 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NoReturn
 
 import torch
 
 from esper.karn import episode_summary, write_json_atomic
-from esper.kasmina.blueprints import blueprint_names, get_blueprint
-from esper.leyline import parse_slots
+from esper.kasmina.blueprints import blueprint_names
 from esper.nissa import ConsoleBackend, JsonlBackend, TelemetryError, TelemetryHub
+from esper.scripts.common import (
+    OneLineParser,
+    UsageError,
+    check_minimum,
+    check_run_dir,
+    load_task_data,
+    resolve_blueprints,
+    resolve_device_arg,
+    resolve_slots,
+    resolve_task,
+)
+from esper.scripts.ppo import add_ppo_parser, resolve_ppo, run_ppo
 from esper.tamiyo import PREFERRED_BLUEPRINTS, HeuristicController
 from esper.tolaria import (
     DEFAULT_TASK,
     TASKS,
-    DatasetError,
-    DeviceError,
     EnvConfig,
     MorphogeneticEnv,
     TaskSpec,
-    get_task,
-    resolve_device,
 )
 from esper.tolaria.datasets import TaskData
 from esper.tolaria.episode import run_episode
@@ -38,17 +45,6 @@ from esper.tolaria.episode import run_episode
 DEFAULT_MAX_SEEDS = 6
 MAX_SEED = 2**63 - 1
 RUN_FILES = ("summary.json", "events.jsonl")
-
-
-class UsageError(Exception):
-    """Bad input: reported as one line, exit code 2."""
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """argparse prints usage plus the error; Esper prints just the error, on one line."""
-
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(message)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -77,6 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--run-dir", default=None, help="where summary.json and events.jsonl go (default runs/<time>-heuristic-<task>)"
     )
     h.add_argument("--quiet", action="store_true", help="no per-epoch progress lines")
+    add_ppo_parser(sub)
     return parser
 
 
@@ -92,75 +89,27 @@ class HeuristicRun:
     quiet: bool
 
 
-def _positive(name: str, value: int, minimum: int) -> None:
-    if value < minimum:
-        raise UsageError(f"{name} must be >= {minimum}, got {value}")
-
-
-def check_run_dir(run_dir: Path) -> None:
-    """The run directory must be creatable and must not already hold a run (nothing is overwritten)."""
-    try:
-        existing = [name for name in RUN_FILES if (run_dir / name).exists()]
-        ancestor = run_dir
-        while not ancestor.exists():
-            ancestor = ancestor.parent
-    except OSError as exc:
-        raise UsageError(f"--run-dir {str(run_dir)!r} cannot be checked: {exc.strerror or exc}") from None
-    if existing:
-        raise UsageError(
-            f"run directory {str(run_dir)!r} already holds a run ({', '.join(existing)}); choose a new --run-dir"
-        )
-    if not ancestor.is_dir():
-        raise UsageError(f"--run-dir {str(run_dir)!r} cannot be created: {str(ancestor)!r} is not a folder")
-    if not os.access(ancestor, os.W_OK | os.X_OK):
-        raise UsageError(f"--run-dir {str(run_dir)!r} cannot be created: {str(ancestor)!r} is not writable")
-
-
 def resolve_heuristic(args: argparse.Namespace) -> HeuristicRun:
     """Validate every argument and load the data, raising `UsageError` on the first problem."""
-    try:
-        task = get_task(args.task)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-    _positive("--episodes", args.episodes, 1)
-    _positive("--seed", args.seed, 0)
+    task = resolve_task(args.task)
+    check_minimum("--episodes", args.episodes, 1)
+    check_minimum("--seed", args.seed, 0)
     if args.seed + args.episodes > MAX_SEED:
         limit = MAX_SEED - args.episodes
         raise UsageError(f"--seed must be < {limit} with {args.episodes} episode(s), got {args.seed}")
-    _positive("--max-seeds", args.max_seeds, 0)
+    check_minimum("--max-seeds", args.max_seeds, 0)
     max_epochs = task.max_epochs if args.max_epochs is None else args.max_epochs
-    _positive("--max-epochs", max_epochs, 1)
-    try:
-        device = resolve_device(args.device)
-    except DeviceError as exc:
-        raise UsageError(str(exc)) from None
-    host_slots = task.build_host().slot_ids
-    try:
-        slots = parse_slots(args.slots, host_slots) if args.slots is not None else host_slots
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-    if args.blueprints is not None:
-        try:
-            blueprints = tuple(get_blueprint(task.topology, b).name for b in args.blueprints)
-        except ValueError as exc:
-            raise UsageError(str(exc)) from None
-    else:
-        blueprints = PREFERRED_BLUEPRINTS.get(task.topology, blueprint_names(task.topology))
+    check_minimum("--max-epochs", max_epochs, 1)
+    device = resolve_device_arg(args.device)
+    slots = resolve_slots(task, args.slots)
+    default_blueprints = PREFERRED_BLUEPRINTS.get(task.topology, blueprint_names(task.topology))
+    blueprints = resolve_blueprints(task, args.blueprints, default_blueprints)
     run_dir = (
         Path(args.run_dir) if args.run_dir else Path("runs") / f"{time.strftime('%Y%m%d-%H%M%S')}-heuristic-{task.name}"
     )
-    check_run_dir(run_dir)
-    try:
-        data = task.load_data(task.resolve_data_dir(args.data_dir))
-    except DatasetError as exc:
-        raise UsageError(str(exc)) from None
-    env = EnvConfig(
-        task=task,
-        device=device,
-        max_epochs=max_epochs,
-        enabled_slots=tuple(s.name for s in slots),
-        max_seeds=args.max_seeds,
-    )
+    check_run_dir(run_dir, RUN_FILES)
+    data = load_task_data(task, args.data_dir)
+    env = EnvConfig(task=task, device=device, max_epochs=max_epochs, enabled_slots=slots, max_seeds=args.max_seeds)
     return HeuristicRun(task, data, env, args.episodes, args.seed, blueprints, run_dir, args.quiet)
 
 
@@ -216,12 +165,13 @@ def run_heuristic(run: HeuristicRun) -> dict:
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
-        run = resolve_heuristic(args)
+        resolve, execute = (resolve_ppo, run_ppo) if args.command == "ppo" else (resolve_heuristic, run_heuristic)
+        run = resolve(args)
     except UsageError as exc:
         print(f"esper: error: {exc}", file=sys.stderr)
         return 2
     try:
-        run_heuristic(run)
+        execute(run)
     except TelemetryError as exc:
         print(f"esper: error: {exc}", file=sys.stderr)
         return 1

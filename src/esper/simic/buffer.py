@@ -164,11 +164,12 @@ class RolloutBuffer:
             )
 
     def explained_variance(self) -> float:
-        """1 - Var(returns - values) / Var(returns) over valid steps (nan when returns are constant)."""
+        """1 - Var(returns - values) / Var(returns) over valid steps; 0 when the returns are
+        constant (nothing to explain), so the metric is always finite."""
         if self.returns is None:
             raise RuntimeError("compute_returns() before explained_variance()")
         y, v = self.returns[self.valid].double(), self.values[self.valid].double()
         var_y = y.var(unbiased=False)
         if y.numel() < 2 or float(var_y) == 0.0:
-            return float("nan")
+            return 0.0
         return float(1.0 - (y - v).var(unbiased=False) / var_y)

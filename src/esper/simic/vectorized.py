@@ -39,7 +39,7 @@ from esper.simic.rewards import RewardBreakdown, RewardConfig, RewardFunction
 from esper.simic.sampling import FactoredMasks, FactoredSample, sample_factored
 from esper.tamiyo import HEADS, ActionSpace, ObservationLayout, RecurrentPolicy, TrainingSignals
 from esper.tolaria.datasets import TaskData
-from esper.tolaria.environment import EnvConfig, MorphogeneticEnv, StepResult
+from esper.tolaria.environment import EnvConfig, MorphogeneticEnv, StepResult, seeded_init
 
 LSTMState = tuple[torch.Tensor, torch.Tensor]
 
@@ -146,7 +146,8 @@ def build_envs(
 
 
 def make_learner(config: TrainerConfig, layout: ObservationLayout, actions: ActionSpace, device: torch.device):
-    policy = RecurrentPolicy(layout.obs_dim, actions.head_sizes, config.hidden, config.hidden).to(device)
+    with seeded_init(config.seed):
+        policy = RecurrentPolicy(layout.obs_dim, actions.head_sizes, config.hidden, config.hidden).to(device)
     optimizer = torch.optim.Adam(policy.parameters(), lr=config.ppo.learning_rate, eps=1e-5)
     return Learner(
         policy=policy,

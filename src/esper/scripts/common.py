@@ -1,0 +1,91 @@
+"""What every subcommand shares: one-line usage errors, argument checks, run directories."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import NoReturn
+
+import torch
+
+from esper.kasmina.blueprints import get_blueprint
+from esper.leyline import parse_slots
+from esper.tolaria import DatasetError, DeviceError, TaskSpec, get_task, resolve_device
+from esper.tolaria.datasets import TaskData
+
+
+class UsageError(Exception):
+    """Bad input: reported as one line, exit code 2."""
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse prints usage plus the error; Esper prints just the error, on one line."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message)
+
+
+def check_minimum(name: str, value: int, minimum: int) -> None:
+    if value < minimum:
+        raise UsageError(f"{name} must be >= {minimum}, got {value}")
+
+
+def check_run_dir(run_dir: Path, run_files: Sequence[str]) -> None:
+    """The run directory must be creatable and must not already hold a run (nothing is overwritten)."""
+    try:
+        existing = [name for name in run_files if (run_dir / name).exists()]
+        ancestor = run_dir
+        while not ancestor.exists():
+            ancestor = ancestor.parent
+    except OSError as exc:
+        raise UsageError(f"--run-dir {str(run_dir)!r} cannot be checked: {exc.strerror or exc}") from None
+    if existing:
+        raise UsageError(
+            f"run directory {str(run_dir)!r} already holds a run ({', '.join(existing)}); choose a new --run-dir"
+        )
+    if not ancestor.is_dir():
+        raise UsageError(f"--run-dir {str(run_dir)!r} cannot be created: {str(ancestor)!r} is not a folder")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise UsageError(f"--run-dir {str(run_dir)!r} cannot be created: {str(ancestor)!r} is not writable")
+
+
+def resolve_task(name: str) -> TaskSpec:
+    try:
+        return get_task(name)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def resolve_device_arg(spec: str) -> torch.device:
+    try:
+        return resolve_device(spec)
+    except DeviceError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def resolve_slots(task: TaskSpec, names: Sequence[str] | None) -> tuple[str, ...]:
+    """The slots a controller may use, in host order (default: all of the host's)."""
+    host_slots = task.build_host().slot_ids
+    try:
+        slots = parse_slots(names, host_slots) if names is not None else host_slots
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    return tuple(s.name for s in slots)
+
+
+def resolve_blueprints(task: TaskSpec, names: Sequence[str] | None, default: tuple[str, ...]) -> tuple[str, ...]:
+    if names is None:
+        return default
+    try:
+        return tuple(get_blueprint(task.topology, b).name for b in names)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def load_task_data(task: TaskSpec, data_dir: str | None) -> TaskData:
+    try:
+        return task.load_data(task.resolve_data_dir(data_dir))
+    except DatasetError as exc:
+        raise UsageError(str(exc)) from None

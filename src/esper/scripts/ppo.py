@@ -1,0 +1,313 @@
+"""`python -m esper.scripts.train ppo [...]`: learn a controller with PPO over vectorized envs.
+
+The run directory holds `metrics.jsonl` (one row per round), `summary.json`, `events.jsonl`
+(every env's lifecycle and epoch events) and `checkpoints/round-NNNN.pt`. `--resume` takes its
+settings from the checkpoint; flags given explicitly override them, and a checkpoint whose
+observation layout or action space differs from what those settings build is refused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm import tqdm
+
+from esper.karn import write_json_atomic
+from esper.kasmina.blueprints import blueprint_names
+from esper.nissa import JsonlBackend, TelemetryHub
+from esper.scripts.common import (
+    UsageError,
+    check_minimum,
+    check_run_dir,
+    load_task_data,
+    resolve_blueprints,
+    resolve_device_arg,
+    resolve_slots,
+    resolve_task,
+)
+from esper.simic import REWARD_MODES, CheckpointError, PPOConfig, RewardConfig, RewardFunction
+from esper.simic.checkpoint import check_compatible, load_checkpoint, save_checkpoint
+from esper.simic.vectorized import (
+    Learner,
+    Setup,
+    TrainerConfig,
+    build_envs,
+    learner_state,
+    load_learner_state,
+    make_learner,
+    run_round,
+    space_signature,
+)
+from esper.tamiyo import ActionSpace, ObservationLayout
+from esper.tolaria import DEFAULT_TASK, TASKS, EnvConfig, TaskSpec
+from esper.tolaria.datasets import TaskData
+
+RUN_FILES = ("metrics.jsonl", "summary.json", "events.jsonl", "checkpoints")
+MAX_SEED = 2**62
+
+DEFAULTS: dict[str, Any] = {
+    "task": DEFAULT_TASK,
+    "episodes": 8,
+    "n_envs": 4,
+    "max_epochs": None,  # the task's
+    "slots": None,  # all of the host's
+    "max_seeds": 6,
+    "blueprints": None,  # all of the topology's
+    "reward_mode": "contribution",
+    "device": "cpu",
+    "devices": None,  # --device
+    "seed": 0,
+    "save_every": 1,
+    "data_dir": None,
+}
+"""Settings of a new run. A resumed run takes them from its checkpoint instead."""
+
+SETTINGS = tuple(DEFAULTS)
+
+
+def add_ppo_parser(sub: argparse._SubParsersAction) -> None:
+    """Every option defaults to None, so a resumed run can tell which ones were given."""
+    p = sub.add_parser("ppo", help="learn a controller with PPO over vectorized envs")
+    p.add_argument("--task", help=f"one of: {', '.join(TASKS)} (default {DEFAULTS['task']})")
+    p.add_argument("--episodes", type=int, help="total episodes of the run, counting resumed ones (default 8)")
+    p.add_argument("--n-envs", type=int, help="envs stepped together; one round = one episode each (default 4)")
+    p.add_argument("--max-epochs", type=int, help="host epochs per episode (default: the task's)")
+    p.add_argument("--slots", nargs="+", help="slots the policy may use (default: all of the host's)")
+    p.add_argument("--max-seeds", type=int, help="most germinations per episode (default 6)")
+    p.add_argument("--blueprints", nargs="+", help="blueprints the policy may choose (default: all)")
+    p.add_argument("--reward-mode", help=f"one of: {', '.join(REWARD_MODES)} (default contribution)")
+    p.add_argument("--device", help="device of the policy, and of the envs unless --devices (default cpu)")
+    p.add_argument("--devices", nargs="+", help="devices the envs are spread over, round-robin")
+    p.add_argument("--seed", type=int, help="seed of the run; episode e trains with seed S + e (default 0)")
+    p.add_argument("--save-every", type=int, help="write a checkpoint every R rounds, and after the last (default 1)")
+    p.add_argument("--resume", help="continue from this checkpoint (settings come from it unless given)")
+    p.add_argument("--data-dir", help="folder of a real dataset (cifar10, textfile); else $ESPER_DATA_DIR")
+    p.add_argument("--run-dir", help="where the run is written (default runs/<time>-ppo-<task>; on resume, its own)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar or per-round lines")
+
+
+@dataclass
+class PPORun:
+    settings: dict[str, Any]
+    task: TaskSpec
+    data: TaskData
+    env: EnvConfig
+    devices: list[torch.device]
+    policy_device: torch.device
+    config: TrainerConfig
+    blueprints: tuple[str, ...]
+    run_dir: Path
+    resume: dict[str, Any] | None
+    resume_path: Path | None
+    quiet: bool
+
+
+# --------------------------------------------------------------------------- resolving arguments
+def resolve_ppo(args: argparse.Namespace) -> PPORun:
+    """Validate every argument (and the checkpoint) before anything is written."""
+    given = {k: getattr(args, k) for k in SETTINGS if getattr(args, k) is not None}
+    resume, resume_path, base = None, None, dict(DEFAULTS)
+    if args.resume is not None:
+        resume_path = Path(args.resume)
+        try:
+            resume = load_checkpoint(resume_path)
+        except CheckpointError as exc:
+            raise UsageError(str(exc)) from None
+        base.update(resume["settings"])
+    settings = {**base, **given}
+
+    task = resolve_task(settings["task"])
+    check_minimum("--episodes", settings["episodes"], 1)
+    check_minimum("--n-envs", settings["n_envs"], 1)
+    check_minimum("--seed", settings["seed"], 0)
+    if settings["seed"] + settings["episodes"] > MAX_SEED:
+        raise UsageError(f"--seed must be < {MAX_SEED - settings['episodes']}, got {settings['seed']}")
+    check_minimum("--max-seeds", settings["max_seeds"], 0)
+    check_minimum("--save-every", settings["save_every"], 1)
+    max_epochs = settings["max_epochs"] or task.max_epochs
+    check_minimum("--max-epochs", max_epochs, 1)
+    if settings["reward_mode"] not in REWARD_MODES:
+        raise UsageError(f"unknown reward mode {settings['reward_mode']!r}; choose from: {' '.join(REWARD_MODES)}")
+    policy_device = resolve_device_arg(settings["device"])
+    devices = [resolve_device_arg(d) for d in settings["devices"]] if settings["devices"] else [policy_device]
+    if len(devices) > settings["n_envs"]:
+        raise UsageError(
+            f"--devices names {len(devices)} devices but --n-envs is {settings['n_envs']}: every device needs an env"
+        )
+    slots = resolve_slots(task, settings["slots"])
+    blueprints = resolve_blueprints(task, settings["blueprints"], blueprint_names(task.topology))
+    settings.update(task=task.name, max_epochs=max_epochs, slots=list(slots), blueprints=list(blueprints))
+
+    reward = RewardConfig(mode=settings["reward_mode"])
+    config = TrainerConfig(
+        episodes=settings["episodes"], n_envs=settings["n_envs"], seed=settings["seed"], reward=reward
+    )
+    if resume is not None:
+        done = int(resume["learner"]["episodes_done"])
+        if settings["episodes"] <= done:
+            raise UsageError(
+                f"--episodes {settings['episodes']} is already reached: the checkpoint has {done} episodes done"
+            )
+        layout, actions = spaces(task, slots, blueprints)
+        try:
+            check_compatible(resume_path, resume["spaces"], space_signature(layout, actions))  # type: ignore[arg-type]
+        except CheckpointError as exc:
+            raise UsageError(str(exc)) from None
+        config = dataclasses.replace(config, hidden=int(resume["trainer"]["hidden"]))
+    run_dir = resolve_run_dir(args.run_dir, task, resume, resume_path)
+    data = load_task_data(task, settings["data_dir"])
+    env = EnvConfig(
+        task=task, device=devices[0], max_epochs=max_epochs, enabled_slots=slots, max_seeds=settings["max_seeds"]
+    )
+    return PPORun(
+        settings, task, data, env, devices, policy_device, config, blueprints, run_dir, resume, resume_path, args.quiet
+    )
+
+
+def resolve_run_dir(flag: str | None, task: TaskSpec, resume: dict | None, resume_path: Path | None) -> Path:
+    """A new run needs a new directory. A resumed run continues in its own by default, as long
+    as no checkpoint of a later round would be overwritten."""
+    if resume is None or flag is not None:
+        run_dir = Path(flag) if flag else Path("runs") / f"{time.strftime('%Y%m%d-%H%M%S')}-ppo-{task.name}"
+        if resume is None or run_dir.resolve() != Path(resume["run_dir"]).resolve():
+            check_run_dir(run_dir, RUN_FILES)
+            return run_dir
+    run_dir = Path(resume["run_dir"])
+    round_done = int(resume["learner"]["round"])
+    later = sorted(p.name for p in (run_dir / "checkpoints").glob("round-*.pt") if checkpoint_round(p) > round_done)
+    if later:
+        raise UsageError(
+            f"{str(resume_path)!r} is from round {round_done}, but {str(run_dir)!r} already holds later checkpoints "
+            f"({', '.join(later)}); resume from the latest one, or pass a new --run-dir"
+        )
+    return run_dir
+
+
+def checkpoint_round(path: Path) -> int:
+    try:
+        return int(path.stem.removeprefix("round-"))
+    except ValueError:
+        return -1
+
+
+def spaces(
+    task: TaskSpec, slots: tuple[str, ...], blueprints: tuple[str, ...]
+) -> tuple[ObservationLayout, ActionSpace]:
+    host_slots = tuple(s.name for s in task.build_host().slot_ids)
+    return ObservationLayout(task.topology, host_slots), ActionSpace(task.topology, host_slots, blueprints)
+
+
+# --------------------------------------------------------------------------- running
+def build(run: PPORun, emit) -> tuple[Setup, Learner]:
+    layout, actions = spaces(run.task, run.env.enabled_slots, run.blueprints)
+    envs = build_envs(run.env, run.data, run.devices, run.config.n_envs, emit)
+    setup = Setup(
+        config=run.config,
+        envs=envs,
+        data=envs[0].data,
+        layout=layout,
+        actions=actions,
+        reward=RewardFunction(run.config.reward, run.config.ppo.gamma),
+        policy_device=run.policy_device,
+        thresholds=run.env.thresholds,
+        episode_seed=lambda episode: run.config.seed + episode,
+    )
+    learner = make_learner(run.config, layout, actions, run.policy_device)
+    if run.resume is not None:
+        load_learner_state(learner, run.resume["learner"])
+    return setup, learner
+
+
+def checkpoint_payload(run: PPORun, setup: Setup, learner: Learner) -> dict[str, Any]:
+    return {
+        "learner": learner_state(learner),
+        "settings": {k: v for k, v in run.settings.items() if k in SETTINGS},
+        "trainer": run.config.to_json(),
+        "spaces": space_signature(setup.layout, setup.actions),
+        "run_dir": str(run.run_dir),
+    }
+
+
+def metrics_rows_before(path: Path, round_done: int) -> list[str]:
+    """The rows of rounds up to `round_done` (a resumed run rewrites what came after)."""
+    if not path.exists():
+        return []
+    return [line for line in path.read_text().splitlines() if line and json.loads(line)["round"] <= round_done]
+
+
+def run_ppo(run: PPORun) -> dict[str, Any]:
+    run.run_dir.mkdir(parents=True, exist_ok=True)
+    metrics_path = run.run_dir / "metrics.jsonl"
+    if run.resume is not None:
+        kept = metrics_rows_before(metrics_path, int(run.resume["learner"]["round"]))
+        metrics_path.write_text("".join(line + "\n" for line in kept))
+    hub = TelemetryHub([JsonlBackend(run.run_dir / "events.jsonl")])
+    try:
+        setup, learner = build(run, hub.emit)
+        remaining = run.config.episodes - learner.episodes_done
+        say = (lambda *a, **k: None) if run.quiet else tqdm.write
+        print(
+            f"esper ppo: task {run.task.name}, {remaining} episode(s) to go of {run.config.episodes}, "
+            f"{run.config.n_envs} envs x {run.env.max_epochs} epochs, slots {' '.join(run.env.enabled_slots)}, "
+            f"reward {run.config.reward.mode}, obs_dim {setup.layout.obs_dim}, heads {list(setup.actions.head_sizes)}, "
+            f"envs on {' '.join(str(d) for d in run.devices)}, policy on {run.policy_device}, run dir {run.run_dir}"
+            + (f", resumed from {run.resume_path} (round {learner.round})" if run.resume_path else ""),
+            flush=True,
+        )
+        started = time.perf_counter()
+        last_row: dict[str, float] = {}
+        with tqdm(
+            total=remaining * run.env.max_epochs, unit="step", disable=run.quiet, file=sys.stderr, dynamic_ncols=True
+        ) as bar:
+            while learner.episodes_done < run.config.episodes:
+                last_row = run_round(setup, learner, on_epoch=bar.update)
+                with metrics_path.open("a", encoding="utf-8") as f:
+                    f.write(json.dumps(last_row, allow_nan=False) + "\n")
+                final = learner.episodes_done >= run.config.episodes
+                if learner.round % run.settings["save_every"] == 0 or final:
+                    path = run.run_dir / "checkpoints" / f"round-{learner.round:04d}.pt"
+                    save_checkpoint(path, checkpoint_payload(run, setup, learner))
+                say(
+                    f"round {learner.round}: episodes {learner.episodes_done}/{run.config.episodes}  "
+                    f"return {last_row['charts/episodic_return']:+.3f}  "
+                    f"val_acc {last_row['charts/final_val_accuracy']:.2f}%  "
+                    f"explained_var {last_row['losses/explained_variance']:+.3f}  "
+                    f"entropy {last_row['losses/entropy']:.3f}  SPS {last_row['charts/SPS']:.2f}"
+                )
+    finally:
+        hub.close()
+    summary = {
+        "task": run.task.name,
+        "controller": "ppo",
+        "obs_dim": setup.layout.obs_dim,
+        "action_heads": space_signature(setup.layout, setup.actions)["action_heads"],
+        "observation_layout": list(setup.layout.feature_names()),
+        "rounds": learner.round,
+        "episodes": learner.episodes_done,
+        "global_step": learner.global_step,
+        "final_round": last_row,
+        "checkpoint": str(run.run_dir / "checkpoints" / f"round-{learner.round:04d}.pt"),
+        "seconds": time.perf_counter() - started,
+        "settings": run.settings,
+        "trainer": run.config.to_json(),
+        "torch": torch.__version__,
+    }
+    write_json_atomic(run.run_dir / "summary.json", summary)
+    print(
+        f"done: {learner.round} rounds, {learner.episodes_done} episodes; last round return "
+        f"{last_row['charts/episodic_return']:+.3f}, val accuracy {last_row['charts/final_val_accuracy']:.2f}%; "
+        f"summary in {run.run_dir / 'summary.json'}",
+        flush=True,
+    )
+    return summary
+
+
+__all__ = ["DEFAULTS", "PPOConfig", "add_ppo_parser", "resolve_ppo", "run_ppo"]

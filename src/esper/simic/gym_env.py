@@ -1,0 +1,137 @@
+"""The single morphogenetic environment as a Gymnasium env, so any RL library can drive it.
+
+Why: Esper's own trainer (`esper.simic.vectorized`) steps many envs in lockstep on shared
+batches; other libraries expect the standard `reset`/`step` interface. This adapter wraps one
+`MorphogeneticEnv` and keeps the trainer's semantics:
+
+- observation: `ObservationLayout.featurize`, the deterministic fixed-size vector (float32). It is
+  *not* running-normalized; normalizing is the agent's job, as it is in Esper's trainer.
+- action: `MultiDiscrete(ActionSpace.head_sizes)`, one index per head (op, slot, blueprint,
+  schedule); heads an op does not use are ignored.
+- masks: `info["action_masks"]` on every `reset` and `step`, for the state the next action will
+  act on (see `action_mask_info`). An action the masks forbid is *not executed*: the step runs
+  as WAIT and `info["invalid_action"]` is True. It never raises, so agents that ignore the masks
+  (random agents, `check_env`) can still run; the reward is that of the WAIT actually executed.
+- reward: `RewardFunction` on (signals before, decision executed, signals after, terminal,
+  panic). Its shaping term assumes the agent discounts with `reward.gamma` (0.99 by default).
+- episode end: `terminated` at the last epoch (a whole host training run is the episode, the
+  epoch fraction is in the observation, and nothing follows it) and at a governor panic (the
+  env is built with `end_episode_on_panic=True`). `truncated` is always False.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import gymnasium
+import numpy as np
+from gymnasium import spaces
+
+from esper.leyline import Decision
+from esper.simic.rewards import RewardConfig, RewardFunction
+from esper.tamiyo import HEADS, ActionSpace, ObservationLayout, TrainingSignals
+from esper.tolaria.datasets import TaskData
+from esper.tolaria.environment import EnvConfig, MorphogeneticEnv
+
+SEED_BOUND = 2**62
+"""Episode seeds drawn when `reset` gets none (the range `MorphogeneticEnv` itself draws from)."""
+
+
+def action_mask_info(actions: ActionSpace, signals: TrainingSignals, config: EnvConfig) -> dict[str, np.ndarray]:
+    """The masks of the next action, as numpy bool arrays keyed by head name:
+
+    - "op": (n_ops,) the ops that can act somewhere now (WAIT always can);
+    - "slot", "blueprint", "schedule": (n_ops, n_k) the valid choices of that head for each op
+      (row `op` is the mask to use once the op is chosen);
+    - "head_active": (n_ops, n_heads) which heads an op uses (an inactive head's choice is ignored).
+
+    The same masks, in the same form, as `ActionSpace.conditional_masks` gives Esper's sampler.
+    """
+    op_mask, conditional = actions.conditional_masks(signals, config.thresholds)
+    masks = {HEADS[0]: op_mask.numpy().copy()}
+    masks.update({name: m.numpy().copy() for name, m in zip(HEADS[1:], conditional, strict=True)})
+    masks["head_active"] = ActionSpace.head_active_table().numpy().copy()
+    return masks
+
+
+def is_allowed(action: np.ndarray, masks: dict[str, np.ndarray]) -> bool:
+    """Whether the masks allow `action`: its op, and its choice of every head that op uses."""
+    op = int(action[0])
+    if not masks[HEADS[0]][op]:
+        return False
+    active = masks["head_active"][op]
+    return all(masks[name][op, int(action[k])] for k, name in enumerate(HEADS) if k > 0 and active[k])
+
+
+class MorphogeneticGymEnv(gymnasium.Env):
+    """One host training run per episode, one epoch per step (see the module docstring)."""
+
+    metadata = {"render_modes": []}
+
+    def __init__(
+        self,
+        config: EnvConfig,
+        data: TaskData,
+        allowed_blueprints: tuple[str, ...] | None = None,
+        reward: RewardConfig | None = None,
+    ) -> None:
+        super().__init__()
+        self.config = dataclasses.replace(config, end_episode_on_panic=True)
+        self.env = MorphogeneticEnv(self.config, data)
+        slot_names = tuple(s.name for s in config.task.build_host().slot_ids)
+        self.layout = ObservationLayout(config.task.topology, slot_names)
+        self.actions = ActionSpace(config.task.topology, slot_names, allowed_blueprints)
+        reward = reward or RewardConfig()
+        self.reward_fn = RewardFunction(reward, ppo_gamma=reward.gamma)
+        self.observation_space = spaces.Box(-np.inf, np.inf, (self.layout.obs_dim,), np.float32)
+        self.action_space = spaces.MultiDiscrete(np.array(self.actions.head_sizes, dtype=np.int64))
+        self._signals: TrainingSignals | None = None
+        self._masks: dict[str, np.ndarray] | None = None
+
+    # ----------------------------------------------------------------- gymnasium API
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        """A fresh host. `seed` makes the episode deterministic (it is the `MorphogeneticEnv`
+        seed itself, so a run here matches the heuristic's with the same seed); without one,
+        the episode seed is drawn from `self.np_random`, seeded by the last seeded reset."""
+        super().reset(seed=seed)
+        episode_seed = seed if seed is not None else int(self.np_random.integers(SEED_BOUND))
+        self._signals = self.env.reset(episode_seed)
+        return self._observation(), self._info()
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        if self._signals is None or self._masks is None:
+            raise RuntimeError("call reset() before step()")
+        action = np.asarray(action, dtype=np.int64).reshape(-1)
+        if not self.action_space.contains(action):
+            raise ValueError(f"action {action.tolist()} is not in {self.action_space}")
+        allowed = is_allowed(action, self._masks)
+        decision = self.actions.decode(*action.tolist()) if allowed else Decision.wait("masked action")
+        before = self._signals
+        result = self.env.step(decision)
+        panic = result.panic is not None
+        parts = self.reward_fn(before, decision, result.signals, terminal=result.done, panic=panic)
+        self._signals = result.signals
+        info = self._info()
+        info.update(invalid_action=not allowed, panic=panic, reward_parts=parts.to_json())
+        return self._observation(), float(parts.total), bool(result.done), False, info
+
+    # ----------------------------------------------------------------- helpers
+    def _observation(self) -> np.ndarray:
+        assert self._signals is not None
+        return self.layout.featurize(self._signals).numpy()
+
+    def _info(self) -> dict[str, Any]:
+        """Masks for the next action and a few numbers worth logging."""
+        assert self._signals is not None
+        s = self._signals
+        self._masks = action_mask_info(self.actions, s, self.config)
+        return {
+            "action_masks": {name: mask.copy() for name, mask in self._masks.items()},
+            "epoch": s.epoch,
+            "val_accuracy": s.val_accuracy,
+            "seeds_germinated": s.seeds_germinated,
+            "seed_params": s.seed_params,
+        }
