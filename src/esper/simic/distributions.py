@@ -24,10 +24,17 @@ class MaskedCategorical:
         masked = logits.float().masked_fill(~mask, torch.finfo(torch.float32).min)
         self.log_probs_all = torch.log_softmax(masked, dim=-1)
 
-    def sample(self, generator: torch.Generator | None = None) -> torch.Tensor:
+    def sample(self, generator: torch.Generator | None = None, uniforms: torch.Tensor | None = None) -> torch.Tensor:
+        """Draw one action per row, by inverting the CDF at `uniforms` (one U[0, 1) per row) or
+        at fresh draws from `generator`. Given uniforms, a row's action depends on that row
+        alone, so which other rows are sampled alongside it never changes it."""
         probs = self.log_probs_all.exp()
-        flat = probs.reshape(-1, probs.shape[-1])
-        return torch.multinomial(flat, 1, generator=generator).reshape(probs.shape[:-1])
+        if uniforms is None:
+            uniforms = torch.rand(probs.shape[:-1], generator=generator, device=probs.device)
+        cdf = probs.cumsum(dim=-1)
+        cdf = cdf / cdf[..., -1:]  # the last entry is exactly 1, so every u < 1 lands in range
+        index = torch.searchsorted(cdf, uniforms.to(cdf).contiguous().unsqueeze(-1), right=True).squeeze(-1)
+        return index.clamp_max(probs.shape[-1] - 1)
 
     def mode(self) -> torch.Tensor:
         return self.log_probs_all.argmax(dim=-1)

@@ -125,6 +125,8 @@ class RoundState:
     episode_start: torch.Tensor
     buffer: RolloutBuffer
     returns: list[float]
+    raw_obs: list[torch.Tensor] = field(default_factory=list)
+    """Every raw observation acted on, for the normalizer's update after the round."""
     reward_parts: list[RewardBreakdown] = field(default_factory=list)
     ops: list[int] = field(default_factory=list)
     panics: int = 0
@@ -184,7 +186,7 @@ def start_round(setup: Setup, learner: Learner, n_envs: int) -> RoundState:
 def observe(setup: Setup, learner: Learner, rs: RoundState, ids: list[int]) -> torch.Tensor:
     """The normalized observations of envs `ids`, (K, obs_dim) on the policy's device."""
     raw = torch.stack([setup.layout.featurize(rs.signals[i]) for i in ids])
-    learner.obs_norm.update(raw)
+    rs.raw_obs.append(raw)
     return learner.obs_norm.normalize(raw).to(setup.policy_device)
 
 
@@ -214,7 +216,10 @@ def act(
         obs.unsqueeze(0), (h[:, index], c[:, index]), rs.episode_start[index].unsqueeze(0)
     )
     h[:, index], c[:, index] = h_new, c_new
-    sample = sample_factored([lg[0] for lg in logits], action_masks(setup, rs, ids), learner.sample_generator)
+    uniforms = torch.rand(
+        len(rs.envs), len(logits), generator=learner.sample_generator, device=learner.sample_generator.device
+    )
+    sample = sample_factored([lg[0] for lg in logits], action_masks(setup, rs, ids), uniforms=uniforms[index])
     decisions = [setup.actions.decode(*row) for row in sample.actions.tolist()]
     return sample, values[0], decisions
 
@@ -284,6 +289,7 @@ def finish_round(setup: Setup, learner: Learner, rs: RoundState) -> tuple[Update
         group["lr"] = lr
     rs.buffer.compute_returns(torch.zeros(len(rs.envs)), ppo.gamma, ppo.gae_lambda)
     stats = ppo_update(learner.policy, learner.optimizer, rs.buffer, ppo, ent_coef, learner.update_generator)
+    learner.obs_norm.update(torch.cat(rs.raw_obs))
     steps = int(rs.buffer.valid.sum())
     learner.round += 1
     learner.episodes_done += len(rs.envs)
