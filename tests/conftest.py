@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import torch
 
 from esper.kasmina import CNNHost, TransformerHost
 from esper.tamiyo import TrainingSignals
-from esper.tolaria import EnvConfig, MorphogeneticEnv, TaskSpec, get_task
+from esper.tolaria import DATA_DIR_ENV, EnvConfig, MorphogeneticEnv, TaskSpec, get_task
 from esper.tolaria.datasets import TokenData, load_shapes, pydoc_topics_bytes, split_tokens
 
 
@@ -87,3 +89,21 @@ def shapes_task() -> TaskSpec:
 @pytest.fixture
 def text_task() -> TaskSpec:
     return tiny_text_task()
+
+
+@pytest.fixture
+def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """Run from an empty folder (so a default `runs/` would show up), with no data-dir env and
+    one torch thread (the machine is shared)."""
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    monkeypatch.delenv(DATA_DIR_ENV, raising=False)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield cwd
+    torch.set_num_threads(threads)
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() if p.is_file() else b"<dir>" for p in sorted(root.rglob("*"))}

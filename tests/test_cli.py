@@ -8,37 +8,19 @@ import os
 import pickle
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
+from conftest import tree
 from esper.scripts.train import main
 from esper.tamiyo import PREFERRED_BLUEPRINTS
 from esper.tolaria import DATA_DIR_ENV, TASKS, TaskSpec
 from esper.tolaria.datasets import CIFAR10_TEST_FILE, CIFAR10_TRAIN_FILES
 
 PREFIX = "esper: error: "
-
-
-@pytest.fixture
-def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """Run from an empty folder (so a default `runs/` would show up), with no data-dir env and
-    one torch thread (the machine is shared)."""
-    cwd = tmp_path / "cwd"
-    cwd.mkdir()
-    monkeypatch.chdir(cwd)
-    monkeypatch.delenv(DATA_DIR_ENV, raising=False)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield cwd
-    torch.set_num_threads(threads)
-
-
-def tree(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() if p.is_file() else b"<dir>" for p in sorted(root.rglob("*"))}
 
 
 def write_cifar_folder(parent: Path) -> Path:

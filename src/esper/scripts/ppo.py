@@ -68,7 +68,8 @@ DEFAULTS: dict[str, Any] = {
     "save_every": 1,
     "data_dir": None,
 }
-"""Settings of a new run. A resumed run takes them from its checkpoint instead."""
+"""Settings of a new run, as given (None: derived from the task). A resumed run takes them from
+its checkpoint instead, so a default stays a default if the task changes."""
 
 SETTINGS = tuple(DEFAULTS)
 
@@ -144,7 +145,6 @@ def resolve_ppo(args: argparse.Namespace) -> PPORun:
         )
     slots = resolve_slots(task, settings["slots"])
     blueprints = resolve_blueprints(task, settings["blueprints"], blueprint_names(task.topology))
-    settings.update(task=task.name, max_epochs=max_epochs, slots=list(slots), blueprints=list(blueprints))
 
     reward = RewardConfig(mode=settings["reward_mode"])
     config = TrainerConfig(
@@ -297,6 +297,14 @@ def run_ppo(run: PPORun) -> dict[str, Any]:
         "checkpoint": str(run.run_dir / "checkpoints" / f"round-{learner.round:04d}.pt"),
         "seconds": time.perf_counter() - started,
         "settings": run.settings,
+        "resolved": {
+            "max_epochs": run.env.max_epochs,
+            "slots": list(run.env.enabled_slots),
+            "blueprints": list(run.blueprints),
+            "max_seeds": run.env.max_seeds,
+            "devices": [str(d) for d in run.devices],
+            "policy_device": str(run.policy_device),
+        },
         "trainer": run.config.to_json(),
         "torch": torch.__version__,
     }

@@ -52,10 +52,10 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
 
 def check_compatible(path: Path, saved: dict[str, Any], current: dict[str, Any]) -> None:
     """The saved observation layout and action space must equal the current ones."""
-    for key in sorted(current):
+    for key in current:
         if saved.get(key) != current[key]:
             raise CheckpointError(
-                f"checkpoint {str(path)!r} was made for a different {key.replace('_', ' ')}: "
+                f"checkpoint {str(path)!r} does not fit this run's {key.replace('_', ' ')}: "
                 f"saved {_short(saved.get(key))}, this run has {_short(current[key])}"
             )
 

@@ -1,0 +1,140 @@
+"""The `esper ppo` command line: a real tiny run, exact resume, and one-line errors that overwrite nothing."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import tiny_shapes_task, tiny_text_task, tree
+from esper.scripts.train import main
+from esper.simic.vectorized import TIMING_METRICS
+from esper.tolaria import TASKS
+from test_cli import check_usage_error
+
+TINY = ["--n-envs", "2", "--max-epochs", "2", "--quiet"]
+
+
+@pytest.fixture
+def tiny_tasks(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(TASKS, "shapes", tiny_shapes_task())
+    monkeypatch.setitem(TASKS, "pydoc", tiny_text_task())
+
+
+def rows(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def without_timing(row: dict) -> dict:
+    return {k: v for k, v in row.items() if k not in TIMING_METRICS}
+
+
+def test_a_run_writes_metrics_summary_and_checkpoints(tiny_tasks, workdir: Path, tmp_path: Path, capsys) -> None:
+    run_dir = tmp_path / "run"
+    assert main(["ppo", "--episodes", "4", *TINY, "--run-dir", str(run_dir)]) == 0
+    out = capsys.readouterr().out
+    assert "obs_dim 73" in out and "done: 2 rounds, 4 episodes" in out
+    metrics = rows(run_dir)
+    assert [r["round"] for r in metrics] == [1, 2]
+    assert all(math.isfinite(v) for r in metrics for v in r.values())
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["obs_dim"] == 73 and len(summary["observation_layout"]) == 73
+    assert summary["action_heads"] == {"op": 4, "slot": 3, "blueprint": 6, "schedule": 2}
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["round-0001.pt", "round-0002.pt"]
+    assert (run_dir / "events.jsonl").stat().st_size > 0
+    checkpoint = torch.load(run_dir / "checkpoints" / "round-0002.pt", weights_only=True)
+    assert checkpoint["learner"]["round"] == 2 and checkpoint["settings"]["n_envs"] == 2
+    assert not (workdir / "runs").exists()
+
+
+def test_resume_continues_exactly(tiny_tasks, workdir: Path, tmp_path: Path) -> None:
+    whole, split = tmp_path / "whole", tmp_path / "split"
+    assert main(["ppo", "--episodes", "8", *TINY, "--run-dir", str(whole)]) == 0
+    assert main(["ppo", "--episodes", "4", *TINY, "--run-dir", str(split)]) == 0
+    assert main(["ppo", "--resume", str(split / "checkpoints" / "round-0002.pt"), "--episodes", "8", "--quiet"]) == 0
+    a, b = rows(whole), rows(split)
+    assert [r["round"] for r in b] == [1, 2, 3, 4]
+    assert [without_timing(r) for r in a] == [without_timing(r) for r in b]
+    final_a = torch.load(whole / "checkpoints" / "round-0004.pt", weights_only=True)["learner"]["policy"]
+    final_b = torch.load(split / "checkpoints" / "round-0004.pt", weights_only=True)["learner"]["policy"]
+    assert all(torch.equal(final_a[k], final_b[k]) for k in final_a)
+
+
+def test_resume_from_an_older_round_refuses_to_overwrite_later_checkpoints(
+    tiny_tasks, workdir: Path, tmp_path: Path, capsys
+) -> None:
+    run_dir = tmp_path / "run"
+    assert main(["ppo", "--episodes", "4", *TINY, "--run-dir", str(run_dir)]) == 0
+    capsys.readouterr()
+    before = tree(run_dir)
+    check_usage_error(
+        capsys,
+        ["ppo", "--resume", str(run_dir / "checkpoints" / "round-0001.pt"), "--episodes", "6"],
+        "round 1",
+        "round-0002.pt",
+        "new --run-dir",
+    )
+    assert tree(run_dir) == before
+
+
+@pytest.mark.parametrize(
+    ("argv", "fragments"),
+    [
+        (["--n-envs", "0"], ("--n-envs must be >= 1, got 0",)),
+        (["--reward-mode", "dense"], ("unknown reward mode 'dense'", "contribution sparse")),
+        (["--episodes", "0"], ("--episodes must be >= 1, got 0",)),
+        (["--save-every", "0"], ("--save-every must be >= 1, got 0",)),
+        (["--task", "imagenet"], ("unknown task 'imagenet'",)),
+        (["--devices", "cpu", "cpu", "cpu", "--n-envs", "2"], ("3 devices", "--n-envs is 2")),
+        (["--device", "cuda:7"], ("cuda:7", "available devices: cpu")),
+    ],
+)
+def test_bad_arguments_get_one_line_and_exit_2(
+    argv, fragments, tiny_tasks, workdir: Path, tmp_path: Path, capsys, monkeypatch
+) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    check_usage_error(capsys, ["ppo", *argv, "--run-dir", str(tmp_path / "run")], *fragments)
+    assert not (tmp_path / "run").exists()
+
+
+def test_resume_from_a_missing_corrupt_or_mismatched_checkpoint(
+    tiny_tasks, workdir: Path, tmp_path: Path, capsys
+) -> None:
+    run_dir = tmp_path / "run"
+    assert main(["ppo", "--episodes", "2", *TINY, "--run-dir", str(run_dir)]) == 0
+    checkpoint = run_dir / "checkpoints" / "round-0001.pt"
+    capsys.readouterr()
+    before = tree(run_dir)
+
+    check_usage_error(capsys, ["ppo", "--resume", str(tmp_path / "nope.pt")], "nope.pt", "does not exist")
+
+    corrupt = tmp_path / "corrupt.pt"
+    corrupt.write_bytes(checkpoint.read_bytes()[:200])
+    check_usage_error(capsys, ["ppo", "--resume", str(corrupt)], "corrupt.pt", "corrupt or unreadable")
+
+    # The same checkpoint on a text host: the observation layout differs.
+    check_usage_error(
+        capsys,
+        ["ppo", "--resume", str(checkpoint), "--task", "pydoc", "--episodes", "4"],
+        "does not fit this run's observation layout",
+    )
+    # A policy with a different slot head (as from a host with other slots).
+    other = tmp_path / "other_heads.pt"
+    payload = torch.load(checkpoint, weights_only=True)
+    payload["spaces"]["action_heads"]["slot"] = 2
+    torch.save(payload, other)
+    check_usage_error(
+        capsys, ["ppo", "--resume", str(other), "--episodes", "4"], "does not fit this run's action heads"
+    )
+    check_usage_error(capsys, ["ppo", "--resume", str(checkpoint)], "--episodes 2 is already reached")
+    assert tree(run_dir) == before
+
+
+def test_a_pickled_object_in_a_checkpoint_is_refused(tiny_tasks, workdir: Path, tmp_path: Path, capsys) -> None:
+    """weights_only=True: a checkpoint carrying arbitrary Python objects never runs their code."""
+    evil = tmp_path / "evil.pt"
+    torch.save({"format": 1, "payload": Path("/")}, evil)
+    check_usage_error(capsys, ["ppo", "--resume", str(evil)], "evil.pt", "corrupt or unreadable")
