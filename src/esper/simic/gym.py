@@ -19,6 +19,10 @@ The step after any episode end is marked `episode_start`, where the policy zeroe
 Segments do not reset anything: each round starts from the LSTM state and observation where the
 previous round stopped (the buffer stores that initial state), and a segment that stops
 mid-episode bootstraps from V of the current observation.
+
+Inputs are scaled as the agent sees them, never as they are reported: observations by running
+mean and variance (`RunningMeanStd`), rewards by the running spread of the discounted return
+(`RewardScaler`). `GymResult.episode_returns` are the env's own, unscaled returns.
 """
 
 from __future__ import annotations
@@ -43,8 +47,8 @@ from esper.tamiyo.policy import RecurrentPolicy
 LSTMState = tuple[torch.Tensor, torch.Tensor]
 
 FINAL_WINDOW = 20
-"""`GymResult.final_mean_return` averages this many last completed episodes (CartPole-v1 counts
-as solved at a mean of 475 over a window of similar size)."""
+"""`GymResult.final_mean_return` averages this many last completed episodes: enough to smooth
+the stochastic policy's episode-to-episode noise, few enough to describe the end of the run."""
 
 
 # --------------------------------------------------------------------------- spaces
@@ -129,6 +133,29 @@ def make_vector_env(
     )
 
 
+class RewardScaler:
+    """Divides rewards by the running standard deviation of the discounted return (one running
+    return per env, their statistics pooled).
+
+    Why: the policy and value heads share one trunk, and global gradient clipping sees their
+    gradients together. Unscaled returns (CartPole's reach 100 at gamma 0.99) make the value
+    loss's gradient dominate the clipped norm, and the policy stops learning. Scaling by the
+    return's spread (not its mean, which would change what the agent is rewarded for) keeps
+    values near unit scale on any task. Episode returns are always reported unscaled.
+    """
+
+    def __init__(self, n_envs: int, gamma: float, epsilon: float = 1e-8) -> None:
+        self.stats = RunningMeanStd(1)
+        self.discounted = np.zeros(n_envs)
+        self.gamma, self.epsilon = gamma, epsilon
+
+    def __call__(self, rewards: np.ndarray, ended: np.ndarray) -> np.ndarray:
+        self.discounted = self.discounted * self.gamma + rewards
+        self.stats.update(torch.as_tensor(self.discounted).reshape(-1, 1))
+        self.discounted[ended] = 0.0
+        return rewards / math.sqrt(float(self.stats.var[0]) + self.epsilon)
+
+
 # --------------------------------------------------------------------------- run state
 @dataclass
 class GymRun:
@@ -141,12 +168,14 @@ class GymRun:
     optimizer: torch.optim.Optimizer
     ppo: PPOConfig
     obs_norm: RunningMeanStd | None
+    reward_scale: RewardScaler | None
     sample_generator: torch.Generator
     update_generator: torch.Generator
     raw_obs: np.ndarray
     """(N, ...) the observation each env stands at, not yet acted on."""
     lstm: LSTMState
-    """The LSTM state after the last step each env took (before any reset `episode_start` asks)."""
+    """The LSTM state after the last step each env took; the policy zeroes it itself where
+    `episode_start` is set."""
     episode_start: torch.Tensor
     """(N,) bool: the next step is the first of an episode."""
     running_return: np.ndarray
@@ -170,6 +199,7 @@ def make_run(
     hidden: int = 64,
     normalize_obs: bool = True,
     make_env: Callable[[], gymnasium.Env] | None = None,
+    scale_rewards: bool = True,
 ) -> GymRun:
     """Build the envs (reset with `seed`), a policy initialised from `seed`, and the optimizer."""
     if n_envs < 1:
@@ -192,6 +222,7 @@ def make_run(
         optimizer=torch.optim.Adam(policy.parameters(), lr=ppo.learning_rate, eps=1e-5),
         ppo=ppo,
         obs_norm=RunningMeanStd(obs_dim) if normalize_obs else None,
+        reward_scale=RewardScaler(n_envs, ppo.gamma) if scale_rewards else None,
         sample_generator=torch.Generator().manual_seed(seed),
         update_generator=torch.Generator().manual_seed(seed + 1),
         raw_obs=raw_obs,
@@ -263,8 +294,11 @@ def collect_step(run: GymRun, buffer: RolloutBuffer, masks: FactoredMasks) -> No
     logits, values, state = run.policy(obs.unsqueeze(0), run.lstm, run.episode_start.unsqueeze(0))
     sample = sample_factored([lg[0] for lg in logits], masks, run.sample_generator)
     raw_next, rewards, terminated, truncated, info = run.envs.step(run.codec.decode(sample.actions))
+    rewards = np.asarray(rewards, dtype=np.float64)
     terminated = np.asarray(terminated, dtype=bool)
     truncated = np.asarray(truncated, dtype=bool) & ~terminated  # both set: the terminal wins
+    ended = terminated | truncated
+    learned = rewards if run.reward_scale is None else run.reward_scale(rewards, ended)
     buffer.add(
         envs=torch.arange(run.n_envs),
         obs=obs,
@@ -274,13 +308,12 @@ def collect_step(run: GymRun, buffer: RolloutBuffer, masks: FactoredMasks) -> No
         log_probs=sample.log_probs,
         head_active=sample.head_active,
         values=values[0],
-        rewards=torch.as_tensor(np.asarray(rewards, dtype=np.float32)),
+        rewards=torch.as_tensor(learned, dtype=torch.float32),
         terminated=torch.as_tensor(terminated),
         truncated=torch.as_tensor(truncated),
         bootstrap_values=bootstrap_values(run, info, truncated, state),
     )
-    ended = terminated | truncated
-    record_episodes(run, np.asarray(rewards, dtype=np.float64), ended)
+    record_episodes(run, rewards, ended)
     run.raw_obs, run.lstm = raw_next, state
     run.episode_start = torch.as_tensor(ended)
     run.global_step += run.n_envs
@@ -324,6 +357,7 @@ def update(run: GymRun, buffer: RolloutBuffer, episodes_before: int) -> dict[str
         "charts/episodic_return": float(np.mean(new_returns)) if new_returns else math.nan,
         "charts/episodic_length": float(np.mean(new_lengths)) if new_lengths else math.nan,
         "charts/episodes": float(len(new_returns)),
+        "charts/recent_return": final_mean(run.episode_returns),
         "charts/learning_rate": lr,
         "charts/ent_coef": ent_coef,
     }
@@ -343,8 +377,9 @@ class GymResult:
     fewer completed; NaN when none did."""
     rounds: list[dict[str, float]]
     """Per-round metrics: `UpdateStats.metrics` plus `charts/episodic_return` (mean over the
-    episodes completed in that round, NaN when none), `charts/SPS` (steps per second since the
-    start), `global_step`."""
+    episodes completed in that round, NaN when none), `charts/recent_return` (the
+    `final_mean_return` rule applied to every episode so far), `charts/SPS` (steps per second
+    since the start), `global_step`."""
     global_step: int
     ppo: PPOConfig
 
@@ -365,15 +400,16 @@ def train_gym(
     normalize_obs: bool = True,
     on_round: Callable[[dict[str, float]], None] | None = None,
     make_env: Callable[[], gymnasium.Env] | None = None,
+    scale_rewards: bool = True,
 ) -> GymResult:
     """Train a recurrent PPO policy on `env_id` for at least `total_steps` env steps (whole rounds
     of `n_envs * n_steps`). `ppo` defaults to `default_ppo` over the run's rounds. Deterministic
     given `seed`. `make_env` builds one env instead of the registry's `env_id` (tests)."""
-    if total_steps < 1 or n_steps < 1:
-        raise ValueError(f"total_steps and n_steps must be >= 1, got {total_steps}, {n_steps}")
+    if min(total_steps, n_envs, n_steps) < 1:
+        raise ValueError(f"total_steps, n_envs and n_steps must be >= 1, got {total_steps}, {n_envs}, {n_steps}")
     total_rounds = math.ceil(total_steps / (n_envs * n_steps))
     ppo = ppo or default_ppo(total_rounds)
-    run = make_run(env_id, n_envs, ppo, seed, hidden, normalize_obs, make_env)
+    run = make_run(env_id, n_envs, ppo, seed, hidden, normalize_obs, make_env, scale_rewards)
     rounds: list[dict[str, float]] = []
     try:
         for _ in range(total_rounds):

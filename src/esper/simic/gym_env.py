@@ -22,7 +22,7 @@ batches; other libraries expect the standard `reset`/`step` interface. This adap
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, ClassVar
 
 import gymnasium
 import numpy as np
@@ -67,7 +67,7 @@ def is_allowed(action: np.ndarray, masks: dict[str, np.ndarray]) -> bool:
 class MorphogeneticGymEnv(gymnasium.Env):
     """One host training run per episode, one epoch per step (see the module docstring)."""
 
-    metadata = {"render_modes": []}
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
 
     def __init__(
         self,
