@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -35,6 +36,7 @@ from esper.scripts.common import (
 )
 from esper.simic import REWARD_MODES, CheckpointError, PPOConfig, RewardConfig, RewardFunction
 from esper.simic.checkpoint import check_compatible, load_checkpoint, save_checkpoint
+from esper.simic.distributed import SINGLE_PROCESS, DistContext, init_distributed
 from esper.simic.vectorized import (
     Learner,
     Setup,
@@ -109,11 +111,16 @@ class PPORun:
     resume: dict[str, Any] | None
     resume_path: Path | None
     quiet: bool
+    ctx: DistContext = SINGLE_PROCESS
+    """This process's rank under `torchrun`: only rank 0 writes and prints."""
 
 
 # --------------------------------------------------------------------------- resolving arguments
-def resolve_ppo(args: argparse.Namespace) -> PPORun:
-    """Validate every argument (and the checkpoint) before anything is written."""
+def resolve_ppo(args: argparse.Namespace, ctx: DistContext = SINGLE_PROCESS) -> PPORun:
+    """Validate every argument (and the checkpoint) before anything is written.
+
+    Under `torchrun` every rank resolves the same arguments; a bare `--device cuda` means each
+    rank's own GPU (`cuda:LOCAL_RANK`)."""
     given = {k: getattr(args, k) for k in SETTINGS if getattr(args, k) is not None}
     resume, resume_path, base = None, None, dict(DEFAULTS)
     if args.resume is not None:
@@ -137,7 +144,10 @@ def resolve_ppo(args: argparse.Namespace) -> PPORun:
     check_minimum("--max-epochs", max_epochs, 1)
     if settings["reward_mode"] not in REWARD_MODES:
         raise UsageError(f"unknown reward mode {settings['reward_mode']!r}; choose from: {' '.join(REWARD_MODES)}")
-    policy_device = resolve_device_arg(settings["device"])
+    device_arg = settings["device"]
+    if ctx.enabled and device_arg == "cuda":
+        device_arg = f"cuda:{ctx.local_rank}"
+    policy_device = resolve_device_arg(device_arg)
     devices = [resolve_device_arg(d) for d in settings["devices"]] if settings["devices"] else [policy_device]
     if len(devices) > settings["n_envs"]:
         raise UsageError(
@@ -168,7 +178,19 @@ def resolve_ppo(args: argparse.Namespace) -> PPORun:
         task=task, device=devices[0], max_epochs=max_epochs, enabled_slots=slots, max_seeds=settings["max_seeds"]
     )
     return PPORun(
-        settings, task, data, env, devices, policy_device, config, blueprints, run_dir, resume, resume_path, args.quiet
+        settings,
+        task,
+        data,
+        env,
+        devices,
+        policy_device,
+        config,
+        blueprints,
+        run_dir,
+        resume,
+        resume_path,
+        args.quiet,
+        ctx,
     )
 
 
@@ -207,6 +229,7 @@ def spaces(
 
 # --------------------------------------------------------------------------- running
 def build(run: PPORun, emit) -> tuple[Setup, Learner]:
+    """Envs, spaces and learner of this rank; a resumed learner takes the checkpoint's state."""
     layout, actions = spaces(run.task, run.env.enabled_slots, run.blueprints)
     envs = build_envs(run.env, run.data, run.devices, run.config.n_envs, emit)
     setup = Setup(
@@ -219,16 +242,24 @@ def build(run: PPORun, emit) -> tuple[Setup, Learner]:
         policy_device=run.policy_device,
         thresholds=run.env.thresholds,
         episode_seed=lambda episode: run.config.seed + episode,
+        ctx=run.ctx,
     )
-    learner = make_learner(run.config, layout, actions, run.policy_device)
+    learner = make_learner(run.config, layout, actions, run.policy_device, run.ctx)
     if run.resume is not None:
-        load_learner_state(learner, run.resume["learner"])
+        load_learner_state(learner, run.resume["learner"], run.ctx)
     return setup, learner
+
+
+def envs_per_device(envs: list) -> str:
+    counts: dict[str, int] = {}
+    for env in envs:
+        counts[str(env.config.device)] = counts.get(str(env.config.device), 0) + 1
+    return ", ".join(f"{n} on {device}" for device, n in counts.items())
 
 
 def checkpoint_payload(run: PPORun, setup: Setup, learner: Learner) -> dict[str, Any]:
     return {
-        "learner": learner_state(learner),
+        "learner": learner_state(learner, run.ctx),
         "settings": {k: v for k, v in run.settings.items() if k in SETTINGS},
         "trainer": run.config.to_json(),
         "spaces": space_signature(setup.layout, setup.actions),
@@ -244,37 +275,48 @@ def metrics_rows_before(path: Path, round_done: int) -> list[str]:
 
 
 def run_ppo(run: PPORun) -> dict[str, Any]:
-    run.run_dir.mkdir(parents=True, exist_ok=True)
+    """Train to `--episodes`. Under `torchrun` every rank runs this; rank 0 alone writes the run
+    directory and prints, and the others call the same collectives (metrics, checkpoints)."""
+    main_rank = run.ctx.is_main
     metrics_path = run.run_dir / "metrics.jsonl"
-    if run.resume is not None:
-        kept = metrics_rows_before(metrics_path, int(run.resume["learner"]["round"]))
-        metrics_path.write_text("".join(line + "\n" for line in kept))
-    hub = TelemetryHub([JsonlBackend(run.run_dir / "events.jsonl")])
+    if main_rank:
+        run.run_dir.mkdir(parents=True, exist_ok=True)
+        if run.resume is not None:
+            kept = metrics_rows_before(metrics_path, int(run.resume["learner"]["round"]))
+            metrics_path.write_text("".join(line + "\n" for line in kept))
+    hub = TelemetryHub([JsonlBackend(run.run_dir / "events.jsonl")] if main_rank else [])
+    quiet = run.quiet or not main_rank
     try:
         setup, learner = build(run, hub.emit)
         remaining = run.config.episodes - learner.episodes_done
-        say = (lambda *a, **k: None) if run.quiet else tqdm.write
-        print(
-            f"esper ppo: task {run.task.name}, {remaining} episode(s) to go of {run.config.episodes}, "
-            f"{run.config.n_envs} envs x {run.env.max_epochs} epochs, slots {' '.join(run.env.enabled_slots)}, "
-            f"reward {run.config.reward.mode}, obs_dim {setup.layout.obs_dim}, heads {list(setup.actions.head_sizes)}, "
-            f"envs on {' '.join(str(d) for d in run.devices)}, policy on {run.policy_device}, run dir {run.run_dir}"
-            + (f", resumed from {run.resume_path} (round {learner.round})" if run.resume_path else ""),
-            flush=True,
-        )
+        say = (lambda *a, **k: None) if quiet else tqdm.write
+        if main_rank:
+            ranks = f" per rank x {run.ctx.world_size} ranks" if run.ctx.enabled else ""
+            print(
+                f"esper ppo: task {run.task.name}, {remaining} episode(s) to go of {run.config.episodes}, "
+                f"{run.config.n_envs} envs{ranks} x {run.env.max_epochs} epochs, "
+                f"slots {' '.join(run.env.enabled_slots)}, reward {run.config.reward.mode}, "
+                f"obs_dim {setup.layout.obs_dim}, heads {list(setup.actions.head_sizes)}, "
+                f"envs {envs_per_device(setup.envs)}, policy on {run.policy_device}, run dir {run.run_dir}"
+                + (f", resumed from {run.resume_path} (round {learner.round})" if run.resume_path else ""),
+                flush=True,
+            )
         started = time.perf_counter()
         last_row: dict[str, float] = {}
+        steps_per_epoch = run.ctx.world_size
         with tqdm(
-            total=remaining * run.env.max_epochs, unit="step", disable=run.quiet, file=sys.stderr, dynamic_ncols=True
+            total=remaining * run.env.max_epochs, unit="step", disable=quiet, file=sys.stderr, dynamic_ncols=True
         ) as bar:
             while learner.episodes_done < run.config.episodes:
-                last_row = run_round(setup, learner, on_epoch=bar.update)
-                with metrics_path.open("a", encoding="utf-8") as f:
-                    f.write(json.dumps(last_row, allow_nan=False) + "\n")
+                last_row = run_round(setup, learner, on_epoch=lambda n: bar.update(n * steps_per_epoch))
                 final = learner.episodes_done >= run.config.episodes
-                if learner.round % run.settings["save_every"] == 0 or final:
-                    path = run.run_dir / "checkpoints" / f"round-{learner.round:04d}.pt"
-                    save_checkpoint(path, checkpoint_payload(run, setup, learner))
+                save = learner.round % run.settings["save_every"] == 0 or final
+                payload = checkpoint_payload(run, setup, learner) if save else None  # a collective
+                if main_rank:
+                    with metrics_path.open("a", encoding="utf-8") as f:
+                        f.write(json.dumps(last_row, allow_nan=False) + "\n")
+                    if payload is not None:
+                        save_checkpoint(run.run_dir / "checkpoints" / f"round-{learner.round:04d}.pt", payload)
                 say(
                     f"round {learner.round}: episodes {learner.episodes_done}/{run.config.episodes}  "
                     f"return {last_row['charts/episodic_return']:+.3f}  "
@@ -284,6 +326,8 @@ def run_ppo(run: PPORun) -> dict[str, Any]:
                 )
     finally:
         hub.close()
+    if not main_rank:
+        return {}
     summary = {
         "task": run.task.name,
         "controller": "ppo",
@@ -318,4 +362,16 @@ def run_ppo(run: PPORun) -> dict[str, Any]:
     return summary
 
 
-__all__ = ["DEFAULTS", "PPOConfig", "add_ppo_parser", "resolve_ppo", "run_ppo"]
+def distributed_context(args: argparse.Namespace) -> DistContext:
+    """Join the process group when started by `torchrun`. The backend follows `--device`
+    (NCCL for CUDA, gloo otherwise); a malformed device is left for `resolve_ppo` to report."""
+    try:
+        device = torch.device(args.device or DEFAULTS["device"])
+    except (RuntimeError, ValueError):
+        device = torch.device("cpu")
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    return init_distributed(device)
+
+
+__all__ = ["DEFAULTS", "PPOConfig", "add_ppo_parser", "distributed_context", "resolve_ppo", "run_ppo"]

@@ -30,7 +30,8 @@ from esper.scripts.common import (
     resolve_slots,
     resolve_task,
 )
-from esper.scripts.ppo import add_ppo_parser, resolve_ppo, run_ppo
+from esper.scripts.ppo import add_ppo_parser, distributed_context, resolve_ppo, run_ppo
+from esper.simic.distributed import SINGLE_PROCESS, shutdown_distributed
 from esper.tamiyo import PREFERRED_BLUEPRINTS, HeuristicController
 from esper.tolaria import (
     DEFAULT_TASK,
@@ -163,12 +164,18 @@ def run_heuristic(run: HeuristicRun) -> dict:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    ctx = SINGLE_PROCESS
     try:
         args = build_parser().parse_args(argv)
-        resolve, execute = (resolve_ppo, run_ppo) if args.command == "ppo" else (resolve_heuristic, run_heuristic)
-        run = resolve(args)
+        if args.command == "ppo":
+            ctx = distributed_context(args)  # under torchrun: join the group before anything else
+            run, execute = resolve_ppo(args, ctx), run_ppo
+            ctx.barrier()  # every rank has checked its arguments before rank 0 writes
+        else:
+            run, execute = resolve_heuristic(args), run_heuristic
     except UsageError as exc:
         print(f"esper: error: {exc}", file=sys.stderr)
+        shutdown_distributed()
         return 2
     try:
         execute(run)
@@ -179,6 +186,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         # stdout was closed (e.g. `esper heuristic | head`): stop quietly, as Unix tools do.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
+    finally:
+        shutdown_distributed()
     return 0
 
 

@@ -17,13 +17,17 @@ class RunningMeanStd:
 
     def update(self, batch: torch.Tensor) -> None:
         batch = batch.detach().to(torch.float64).reshape(-1, self.mean.numel()).cpu()
-        n = batch.shape[0]
+        if batch.shape[0] == 0:
+            return
+        self.merge(batch.shape[0], batch.mean(0), batch.var(0, unbiased=False))
+
+    def merge(self, n: int, batch_mean: torch.Tensor, batch_var: torch.Tensor) -> None:
+        """Fold in the statistics of `n` samples (mean and population variance)."""
         if n == 0:
             return
-        batch_mean = batch.mean(0)
-        batch_var = batch.var(0, unbiased=False)
+        batch_mean, batch_var = batch_mean.to(torch.float64).cpu(), batch_var.to(torch.float64).cpu()
         if self.count == 0:
-            self.mean, self.var, self.count = batch_mean, batch_var, n
+            self.mean, self.var, self.count = batch_mean.clone(), batch_var.clone(), n
             return
         total = self.count + n
         delta = batch_mean - self.mean

@@ -9,13 +9,13 @@ before the step that would overshoot, as Stable-Baselines3 does).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from esper.simic.buffer import RolloutBuffer
+from esper.simic.distributed import SINGLE_PROCESS, DistContext, average_gradients
 from esper.simic.loss import PPOLossConfig, ppo_loss
 from esper.simic.sampling import evaluate_factored
 
@@ -96,12 +96,14 @@ def ppo_update(
     config: PPOConfig,
     ent_coef: float,
     generator: torch.Generator,
-    reduce_gradients: Callable[[nn.Module], None] | None = None,
+    ctx: DistContext = SINGLE_PROCESS,
 ) -> UpdateStats:
     """Optimise `policy` on the buffer's data (`buffer.compute_returns` must have run).
 
-    `reduce_gradients`, when given, runs after each backward pass and before clipping: the hook
-    through which data-parallel ranks average their gradients.
+    Under policy data parallelism (`ctx`), every rank runs this on its own buffer: gradients are
+    averaged over ranks after each backward pass (before clipping), and the KL that decides the
+    early stop is the mean over ranks, so all ranks stop at the same minibatch. Every rank must
+    run the same number of minibatches per epoch (the same number of envs).
     """
     loss_config = config.loss_config(ent_coef)
     explained = buffer.explained_variance()
@@ -128,14 +130,13 @@ def ppo_update(
                 mb.returns,
                 loss_config,
             )
-            approx_kl = out.approx_kl.detach()
+            approx_kl = ctx.all_reduce_mean(out.approx_kl.detach())
             if config.target_kl is not None and float(approx_kl) > 1.5 * config.target_kl:
                 stopped = True
                 break
             optimizer.zero_grad(set_to_none=True)
             out.loss.backward()
-            if reduce_gradients is not None:
-                reduce_gradients(policy)
+            average_gradients(ctx, policy)
             nn.utils.clip_grad_norm_(policy.parameters(), config.max_grad_norm)
             optimizer.step()
             minibatches_run += 1

@@ -33,6 +33,7 @@ import torch
 
 from esper.leyline import Decision, GateThresholds, LifecycleOp
 from esper.simic.buffer import RolloutBuffer
+from esper.simic.distributed import SINGLE_PROCESS, DistContext, merge_observations
 from esper.simic.normalizer import RunningMeanStd
 from esper.simic.ppo import PPOConfig, UpdateStats, ppo_update
 from esper.simic.rewards import RewardBreakdown, RewardConfig, RewardFunction
@@ -103,6 +104,8 @@ class Setup:
     policy_device: torch.device
     thresholds: GateThresholds
     episode_seed: Callable[[int], int] = lambda episode: episode
+    ctx: DistContext = SINGLE_PROCESS
+    """This process's rank under `torchrun`: its envs run distinct episodes."""
 
     @property
     def batch_size(self) -> int:
@@ -147,25 +150,40 @@ def build_envs(
     ]
 
 
-def make_learner(config: TrainerConfig, layout: ObservationLayout, actions: ActionSpace, device: torch.device):
+RANK_SEED_STRIDE = 1_000_003
+"""Each rank's generators start `rank * stride` after rank 0's, so ranks draw distinct streams."""
+
+
+def make_learner(
+    config: TrainerConfig,
+    layout: ObservationLayout,
+    actions: ActionSpace,
+    device: torch.device,
+    ctx: DistContext = SINGLE_PROCESS,
+) -> Learner:
+    """The policy is initialised from the run seed on every rank (and rank 0's weights are
+    broadcast, so ranks agree even if initialisation ever drew from elsewhere); the sampling,
+    shuffling and data generators differ per rank."""
     with seeded_init(config.seed):
         policy = RecurrentPolicy(layout.obs_dim, actions.head_sizes, config.hidden, config.hidden).to(device)
+    ctx.broadcast_module(policy)
     optimizer = torch.optim.Adam(policy.parameters(), lr=config.ppo.learning_rate, eps=1e-5)
+    base = config.seed + RANK_SEED_STRIDE * ctx.rank
     return Learner(
         policy=policy,
         optimizer=optimizer,
         obs_norm=RunningMeanStd(layout.obs_dim),
-        sample_generator=torch.Generator(device=device).manual_seed(config.seed),
-        update_generator=torch.Generator().manual_seed(config.seed + 1),
-        data_generator=torch.Generator().manual_seed(config.seed + 2),
+        sample_generator=torch.Generator(device=device).manual_seed(base),
+        update_generator=torch.Generator().manual_seed(base + 1),
+        data_generator=torch.Generator().manual_seed(base + 2),
     )
 
 
 # --------------------------------------------------------------------------- phases
 def start_round(setup: Setup, learner: Learner, n_envs: int) -> RoundState:
-    """Reset the first `n_envs` envs on the next episode indices."""
+    """Reset the first `n_envs` envs on the next episode indices (rank r takes the r-th block)."""
     envs = setup.envs[:n_envs]
-    episodes = [learner.episodes_done + i for i in range(n_envs)]
+    episodes = [learner.episodes_done + setup.ctx.rank * n_envs + i for i in range(n_envs)]
     signals = [env.reset(setup.episode_seed(ep), ep) for env, ep in zip(envs, episodes, strict=True)]
     state = learner.policy.initial_state(n_envs, setup.policy_device)
     buffer = RolloutBuffer(
@@ -287,16 +305,34 @@ def finish_round(setup: Setup, learner: Learner, rs: RoundState) -> tuple[Update
     lr, ent_coef = ppo.schedule(learner.round)
     for group in learner.optimizer.param_groups:
         group["lr"] = lr
+    ctx = setup.ctx
     rs.buffer.compute_returns(torch.zeros(len(rs.envs)), ppo.gamma, ppo.gae_lambda)
-    stats = ppo_update(learner.policy, learner.optimizer, rs.buffer, ppo, ent_coef, learner.update_generator)
-    learner.obs_norm.update(torch.cat(rs.raw_obs))
+    stats = ppo_update(learner.policy, learner.optimizer, rs.buffer, ppo, ent_coef, learner.update_generator, ctx)
+    merge_observations(ctx, learner.obs_norm, torch.cat(rs.raw_obs))
     steps = int(rs.buffer.valid.sum())
     learner.round += 1
-    learner.episodes_done += len(rs.envs)
-    learner.global_step += steps
+    learner.episodes_done += len(rs.envs) * ctx.world_size
+    learner.global_step += int(ctx.all_reduce_sum(torch.tensor(float(steps))))
     seconds = time.perf_counter() - rs.started
-    row = round_metrics(learner, rs, stats, steps, seconds, lr, ent_coef)
+    row = reduce_metrics(ctx, round_metrics(learner, rs, stats, steps, seconds, lr, ent_coef))
     return stats, row
+
+
+SUMMED_METRICS: tuple[str, ...] = ("charts/panics", "charts/SPS")
+"""Metrics added over ranks; the others are averaged (counters are already global)."""
+GLOBAL_METRICS: tuple[str, ...] = ("round", "episodes", "global_step")
+
+
+def reduce_metrics(ctx: DistContext, row: dict[str, float]) -> dict[str, float]:
+    """The round's metrics over every rank (one all-reduce; the same on every rank)."""
+    if not ctx.enabled:
+        return row
+    keys = [k for k in row if k not in GLOBAL_METRICS]
+    total = ctx.all_reduce_sum(torch.tensor([row[k] for k in keys], dtype=torch.float64, device=ctx.device)).cpu()
+    reduced = dict(row)
+    for key, value in zip(keys, total.tolist(), strict=True):
+        reduced[key] = value if key in SUMMED_METRICS else value / ctx.world_size
+    return reduced
 
 
 def round_metrics(
@@ -333,8 +369,13 @@ TIMING_METRICS: tuple[str, ...] = ("charts/SPS", "time/round_seconds")
 
 
 def run_round(setup: Setup, learner: Learner, on_epoch: Callable[[int], None] | None = None) -> dict[str, float]:
-    """Collect one episode per env (fewer in a last, partial round), then update the policy."""
-    n_envs = min(setup.config.n_envs, setup.config.episodes - learner.episodes_done)
+    """Collect one episode per env (fewer in a last, partial round), then update the policy.
+
+    Under `torchrun` every rank runs the same number of envs (so that their updates run the same
+    collectives); a last partial round may then run up to `world_size - 1` episodes more than
+    asked."""
+    remaining = setup.config.episodes - learner.episodes_done
+    n_envs = min(setup.config.n_envs, math.ceil(remaining / setup.ctx.world_size))
     rs = start_round(setup, learner, n_envs)
     while ids := rs.running_ids():
         obs = observe(setup, learner, rs, ids)
@@ -348,29 +389,41 @@ def run_round(setup: Setup, learner: Learner, on_epoch: Callable[[int], None] | 
 
 
 # --------------------------------------------------------------------------- checkpoints
-def learner_state(learner: Learner) -> dict:
-    """Everything needed to continue exactly: weights, optimizer, normalizer, RNG states, counters."""
+def rng_state(learner: Learner) -> dict[str, torch.Tensor]:
+    return {
+        "torch": torch.get_rng_state(),
+        "sample": learner.sample_generator.get_state(),
+        "update": learner.update_generator.get_state(),
+        "data": learner.data_generator.get_state(),
+    }
+
+
+def learner_state(learner: Learner, ctx: DistContext = SINGLE_PROCESS) -> dict:
+    """Everything needed to continue exactly: weights, optimizer, normalizer, counters, and the
+    RNG states of every rank (a collective under `torchrun`: every rank must call it)."""
+    ranks = [rng_state(learner)]
+    if ctx.enabled:
+        ranks = [None] * ctx.world_size
+        torch.distributed.all_gather_object(ranks, rng_state(learner))
     return {
         "policy": learner.policy.state_dict(),
         "optimizer": learner.optimizer.state_dict(),
         "obs_norm": learner.obs_norm.state_dict(),
-        "rng": {
-            "torch": torch.get_rng_state(),
-            "sample": learner.sample_generator.get_state(),
-            "update": learner.update_generator.get_state(),
-            "data": learner.data_generator.get_state(),
-        },
+        "rng_ranks": ranks,
         "round": learner.round,
         "episodes_done": learner.episodes_done,
         "global_step": learner.global_step,
     }
 
 
-def load_learner_state(learner: Learner, state: dict) -> None:
+def load_learner_state(learner: Learner, state: dict, ctx: DistContext = SINGLE_PROCESS) -> None:
+    """Restore a learner. Each rank takes its own RNG states; resuming with another number of
+    ranks reuses them modulo the saved count (the run goes on, but not bit for bit)."""
     learner.policy.load_state_dict(state["policy"])
     learner.optimizer.load_state_dict(state["optimizer"])
     learner.obs_norm.load_state_dict(state["obs_norm"])
-    rng = state["rng"]
+    ranks = state["rng_ranks"]
+    rng = ranks[ctx.rank % len(ranks)]
     torch.set_rng_state(rng["torch"])
     learner.sample_generator.set_state(rng["sample"])
     learner.update_generator.set_state(rng["update"])

@@ -1,0 +1,160 @@
+"""Policy data parallelism on CPU with the gloo backend and two ranks."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+from esper.simic import RewardFunction
+from esper.simic import vectorized as vec
+from esper.simic.distributed import init_distributed, merge_observations, shutdown_distributed
+from esper.simic.normalizer import RunningMeanStd
+from esper.tamiyo import ActionSpace, ObservationLayout
+from esper.tolaria import EnvConfig
+
+pytestmark = pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed is not built")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def one_round_on_rank(rank: int, world_size: int, port: int, out_dir: str) -> None:
+    """Run in a spawned process: one PPO round of a tiny trainer, then report what this rank holds."""
+    os.environ.update(
+        RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)
+    )
+    torch.set_num_threads(1)
+    sys.path.insert(0, str(Path(__file__).parent))
+    from conftest import tiny_shapes_task
+
+    ctx = init_distributed(torch.device("cpu"))
+    try:
+        task = tiny_shapes_task()
+        data = task.load_data(None)
+        config = vec.TrainerConfig(episodes=4, n_envs=1, seed=3, hidden=16)
+        slots = ("early", "mid", "late")
+        env_config = EnvConfig(task, torch.device("cpu"), 2, slots, max_seeds=2)
+        envs = vec.build_envs(env_config, data, [torch.device("cpu")], 1)
+        layout, actions = ObservationLayout(task.topology, slots), ActionSpace(task.topology, slots)
+        setup = vec.Setup(
+            config,
+            envs,
+            envs[0].data,
+            layout,
+            actions,
+            RewardFunction(config.reward, config.ppo.gamma),
+            torch.device("cpu"),
+            env_config.thresholds,
+            ctx=ctx,
+        )
+        learner = vec.make_learner(config, layout, actions, torch.device("cpu"), ctx)
+        rs = vec.start_round(setup, learner, 1)
+        episodes = list(rs.episodes)
+        row = vec.run_round(setup, learner)
+        flat = torch.cat([p.detach().reshape(-1) for p in learner.policy.parameters()])
+        torch.save(
+            {
+                "params": flat,
+                "obs_mean": learner.obs_norm.mean,
+                "obs_count": learner.obs_norm.count,
+                "episodes_done": learner.episodes_done,
+                "start_episodes": episodes,
+                "row": row,
+            },
+            Path(out_dir) / f"rank{rank}.pt",
+        )
+    finally:
+        shutdown_distributed()
+
+
+def test_two_gloo_ranks_hold_the_same_policy_after_an_update(tmp_path: Path) -> None:
+    mp.spawn(one_round_on_rank, args=(2, free_port(), str(tmp_path)), nprocs=2, join=True)
+    r0 = torch.load(tmp_path / "rank0.pt", weights_only=True)
+    r1 = torch.load(tmp_path / "rank1.pt", weights_only=True)
+    assert torch.equal(r0["params"], r1["params"])
+    assert torch.equal(r0["obs_mean"], r1["obs_mean"]) and r0["obs_count"] == r1["obs_count"] == 4  # 2 ranks x 2 steps
+    assert r0["episodes_done"] == r1["episodes_done"] == 2
+    assert r0["start_episodes"] == [0] and r1["start_episodes"] == [1]  # distinct episodes, so distinct seeds
+    assert r0["row"] == r1["row"]  # metrics are reduced over ranks
+
+
+def test_merged_observation_statistics_equal_the_pooled_batch() -> None:
+    from esper.simic.distributed import SINGLE_PROCESS
+
+    data = torch.randn(10, 3, dtype=torch.float64)
+    merged = RunningMeanStd(3)
+    merged.merge(4, data[:4].mean(0), data[:4].var(0, unbiased=False))
+    merge_observations(SINGLE_PROCESS, merged, data[4:])
+    assert torch.allclose(merged.mean, data.mean(0)) and torch.allclose(merged.var, data.var(0, unbiased=False))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    shutil.which("torchrun") is None and not (Path(sys.executable).parent / "torchrun").exists(),
+    reason="torchrun not installed",
+)
+def test_torchrun_two_ranks_then_single_process_resume(tmp_path: Path) -> None:
+    """The documented command: rank 0 alone writes; the checkpoint has no `module.` prefix and
+    resumes in a single process."""
+    torchrun = shutil.which("torchrun") or str(Path(sys.executable).parent / "torchrun")
+    run_dir = tmp_path / "run"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    common = ["--n-envs", "1", "--max-epochs", "1", "--device", "cpu", "--quiet"]
+    result = subprocess.run(
+        [
+            torchrun,
+            "--standalone",
+            "--nproc-per-node=2",
+            "-m",
+            "esper.scripts.train",
+            "ppo",
+            "--episodes",
+            "4",
+            *common,
+            "--run-dir",
+            str(run_dir),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["round"] for r in rows] == [1, 2] and rows[-1]["episodes"] == 4
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["round-0001.pt", "round-0002.pt"]
+    checkpoint = torch.load(run_dir / "checkpoints" / "round-0002.pt", weights_only=True)
+    assert not any(k.startswith("module.") for k in checkpoint["learner"]["policy"])
+    assert len(checkpoint["learner"]["rng_ranks"]) == 2
+    resumed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "esper.scripts.train",
+            "ppo",
+            "--resume",
+            str(run_dir / "checkpoints" / "round-0002.pt"),
+            "--episodes",
+            "5",
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["round"] for r in rows] == [1, 2, 3] and rows[-1]["episodes"] == 5
