@@ -90,6 +90,10 @@ def test_resume_from_an_older_round_refuses_to_overwrite_later_checkpoints(
         (["--task", "imagenet"], ("unknown task 'imagenet'",)),
         (["--devices", "cpu", "cpu", "cpu", "--n-envs", "2"], ("3 devices", "--n-envs is 2")),
         (["--device", "cuda:7"], ("cuda:7", "available devices: cpu")),
+        (["--devices", "cuda:0", "cuda:1"], ("'cuda:0' asked for CUDA", "available devices: cpu")),
+        (["--devices", "gpu0"], ("malformed device 'gpu0'", "available devices: cpu")),
+        (["--amp", "bf16"], ("--amp bf16 is for CUDA hosts", "cpu")),
+        (["--amp", "fp8"], ("unknown --amp precision 'fp8'", "bf16 fp16")),
     ],
 )
 def test_bad_arguments_get_one_line_and_exit_2(

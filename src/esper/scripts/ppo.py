@@ -51,6 +51,7 @@ from esper.simic.vectorized import (
 from esper.tamiyo import ActionSpace, ObservationLayout
 from esper.tolaria import DEFAULT_TASK, TASKS, EnvConfig, TaskSpec
 from esper.tolaria.datasets import TaskData
+from esper.tolaria.training import PRECISIONS
 
 RUN_FILES = ("metrics.jsonl", "summary.json", "events.jsonl", "checkpoints")
 MAX_SEED = 2**62
@@ -69,6 +70,7 @@ DEFAULTS: dict[str, Any] = {
     "seed": 0,
     "save_every": 1,
     "data_dir": None,
+    "amp": None,
 }
 """Settings of a new run, as given (None: derived from the task). A resumed run takes them from
 its checkpoint instead, so a default stays a default if the task changes."""
@@ -90,6 +92,7 @@ def add_ppo_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--device", help="device of the policy, and of the envs unless --devices (default cpu)")
     p.add_argument("--devices", nargs="+", help="devices the envs are spread over, round-robin")
     p.add_argument("--seed", type=int, help="seed of the run; episode e trains with seed S + e (default 0)")
+    p.add_argument("--amp", help="mixed precision for the hosts on CUDA: bf16 or fp16 (fp16: one GradScaler per env)")
     p.add_argument("--save-every", type=int, help="write a checkpoint every R rounds, and after the last (default 1)")
     p.add_argument("--resume", help="continue from this checkpoint (settings come from it unless given)")
     p.add_argument("--data-dir", help="folder of a real dataset (cifar10, textfile); else $ESPER_DATA_DIR")
@@ -153,6 +156,15 @@ def resolve_ppo(args: argparse.Namespace, ctx: DistContext = SINGLE_PROCESS) -> 
         raise UsageError(
             f"--devices names {len(devices)} devices but --n-envs is {settings['n_envs']}: every device needs an env"
         )
+    amp = settings["amp"]
+    if amp is not None:
+        if amp not in PRECISIONS:
+            raise UsageError(f"unknown --amp precision {amp!r}; choose from: {' '.join(PRECISIONS)}")
+        not_cuda = sorted({str(d) for d in devices if d.type != "cuda"})
+        if not_cuda:
+            raise UsageError(
+                f"--amp {amp} is for CUDA hosts; the envs would run on {' '.join(not_cuda)} (drop --amp or use CUDA)"
+            )
     slots = resolve_slots(task, settings["slots"])
     blueprints = resolve_blueprints(task, settings["blueprints"], blueprint_names(task.topology))
 
@@ -175,7 +187,12 @@ def resolve_ppo(args: argparse.Namespace, ctx: DistContext = SINGLE_PROCESS) -> 
     run_dir = resolve_run_dir(args.run_dir, task, resume, resume_path)
     data = load_task_data(task, settings["data_dir"])
     env = EnvConfig(
-        task=task, device=devices[0], max_epochs=max_epochs, enabled_slots=slots, max_seeds=settings["max_seeds"]
+        amp=amp,
+        task=task,
+        device=devices[0],
+        max_epochs=max_epochs,
+        enabled_slots=slots,
+        max_seeds=settings["max_seeds"],
     )
     return PPORun(
         settings,

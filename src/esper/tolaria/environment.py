@@ -32,7 +32,7 @@ from esper.tamiyo.signals import EpochMeasurements, SignalTracker, SlotSignals, 
 from esper.tolaria.datasets import TaskData
 from esper.tolaria.governor import Governor, GovernorConfig, Snapshot
 from esper.tolaria.tasks import TaskSpec
-from esper.tolaria.training import TrainingEpoch, TrainStats, ValidationStats, validate
+from esper.tolaria.training import PRECISIONS, TrainingEpoch, TrainStats, ValidationStats, validate
 
 VALIDATION_BATCH_SIZE = 500
 
@@ -48,6 +48,9 @@ class EnvConfig:
     """Most germinations in one episode; 0 trains the host alone."""
     thresholds: GateThresholds = field(default_factory=GateThresholds)
     governor: GovernorConfig = field(default_factory=GovernorConfig)
+    amp: str | None = None
+    """Mixed precision for the host's forward and backward ("bf16" or "fp16", CUDA only); fp16
+    gives the env its own GradScaler."""
     end_episode_on_panic: bool = False
     """End the episode at the first governor rollback (PPO: the panic is a terminal with a
     penalty); otherwise the env rolls back and trains on, until the governor gives up."""
@@ -57,6 +60,8 @@ class EnvConfig:
             raise ValueError(f"max_epochs must be >= 1, got {self.max_epochs}")
         if self.max_seeds < 0:
             raise ValueError(f"max_seeds must be >= 0, got {self.max_seeds}")
+        if self.amp is not None and self.amp not in PRECISIONS:
+            raise ValueError(f"unknown amp precision {self.amp!r}; choose from: {' '.join(PRECISIONS)}")
 
 
 @dataclass
@@ -136,6 +141,8 @@ class MorphogeneticEnv:
         self.governor = Governor(config.governor)
         self.episode = -1
         self.model: MorphogeneticModel | None = None
+        self.scaler = torch.amp.GradScaler(config.device.type) if config.amp == "fp16" else None
+        """This env's own loss scaler (fp16 only): never shared with another env or device."""
         self._seeds_created = 0  # over the env's lifetime, so seed ids are unique per env
 
     # ----------------------------------------------------------------- public API
@@ -200,7 +207,8 @@ class MorphogeneticEnv:
                 for group in opt.param_groups:
                     group["lr"] = group["base_lr"] * factor
             blended = set(self.model.blended_slots())
-            self._open = _OpenStep(decision, changes, blended, TrainingEpoch(self.model, optimizers))
+            training = TrainingEpoch(self.model, optimizers, self.config.amp, self.scaler)
+            self._open = _OpenStep(decision, changes, blended, training)
         except BaseException:
             self.abort_step()
             raise
@@ -322,7 +330,8 @@ class MorphogeneticEnv:
 
     def _validate(self) -> ValidationStats:
         assert self.model is not None
-        return validate(self.model, self.data.val_batches(VALIDATION_BATCH_SIZE), self.model.blended_slots())
+        batches = self.data.val_batches(VALIDATION_BATCH_SIZE)
+        return validate(self.model, batches, self.model.blended_slots(), self.config.amp)
 
     def _tick(self, train: TrainStats, val: ValidationStats) -> list[tuple[str, StageChange]]:
         assert self.model is not None

@@ -5,6 +5,7 @@ Both keep every running sum on the device and synchronise with the host once, at
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
@@ -15,6 +16,20 @@ from torch import nn
 from esper.kasmina import MorphogeneticModel
 
 Batch = tuple[torch.Tensor, torch.Tensor]
+
+
+PRECISIONS: dict[str, torch.dtype] = {"bf16": torch.bfloat16, "fp16": torch.float16}
+Precision = str
+"""An `--amp` choice: a key of PRECISIONS."""
+
+
+def autocast(amp: Precision | None, device: torch.device) -> contextlib.AbstractContextManager:
+    """Autocast to `amp`'s dtype on `device`, or nothing. Each training or validation pass enters
+    its own context, and leaving it drops autocast's weight-cast cache, so a no-grad validation
+    pass never leaves casts that a later training forward would reuse."""
+    if amp is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=PRECISIONS[amp])
 
 
 def loss_and_correct(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -62,14 +77,23 @@ class TrainingEpoch:
     """One training epoch fed a batch at a time, with every running sum kept on the device.
 
     The vectorized trainer feeds every env the same batch before drawing the next (one shared
-    data iteration per step); a single env feeds itself through `train_epoch`. Both run this
+    data iteration per step); a single env feeds itself its own batches. Both run this
     one training step. The host optimizer and one optimizer per seed step together after each
     backward pass; gradient norms of every seed are collected here, the one place gradients
     are inspected.
     """
 
-    def __init__(self, model: MorphogeneticModel, optimizers: list[torch.optim.Optimizer]) -> None:
+    def __init__(
+        self,
+        model: MorphogeneticModel,
+        optimizers: list[torch.optim.Optimizer],
+        amp: Precision | None = None,
+        scaler: torch.amp.GradScaler | None = None,
+    ) -> None:
+        """`amp` runs forward and loss under autocast; `scaler` (fp16: the env's own) scales the
+        loss, is unscaled before gradients are inspected, and skips steps with inf/NaN grads."""
         self.model, self.optimizers = model, optimizers
+        self.amp, self.scaler = amp, scaler
         self.seeded = [s for s in model.ordered_slots() if s.seed is not None]
         device = next(model.parameters()).device
         self.loss_sum = torch.zeros((), device=device)
@@ -81,12 +105,23 @@ class TrainingEpoch:
         self.model.train()
         for opt in self.optimizers:
             opt.zero_grad(set_to_none=True)
-        loss, batch_correct = loss_and_correct(self.model(x), y)
-        loss.backward()
+        with autocast(self.amp, x.device):
+            loss, batch_correct = loss_and_correct(self.model(x), y)
+        if self.scaler is not None:
+            self.scaler.scale(loss).backward()
+            for opt in self.optimizers:
+                self.scaler.unscale_(opt)  # the seeds' gradient norms are read unscaled
+        else:
+            loss.backward()
         if self.seeded:
             self.grad_sums += torch.stack([seed_gradient_norm(s.seed) for s in self.seeded])  # type: ignore[arg-type]
         for opt in self.optimizers:
-            opt.step()
+            if self.scaler is not None:
+                self.scaler.step(opt)
+            else:
+                opt.step()
+        if self.scaler is not None:
+            self.scaler.update()
         self.loss_sum += loss.detach()
         self.correct += batch_correct
         self.n_steps += 1
@@ -112,20 +147,10 @@ class TrainingEpoch:
         )
 
 
-def train_epoch(
-    model: MorphogeneticModel,
-    batches: Iterable[Batch],
-    optimizers: list[torch.optim.Optimizer],
-) -> TrainStats:
-    """Train every parameter of `model` for one pass over `batches` with all `optimizers`."""
-    epoch = TrainingEpoch(model, optimizers)
-    for x, y in batches:
-        epoch.step(x, y)
-    return epoch.finish()
-
-
 @torch.no_grad()
-def validate(model: MorphogeneticModel, batches: Iterable[Batch], ablate: tuple[str, ...]) -> ValidationStats:
+def validate(
+    model: MorphogeneticModel, batches: Iterable[Batch], ablate: tuple[str, ...], amp: Precision | None = None
+) -> ValidationStats:
     """Loss and accuracy, plus the accuracy with each slot in `ablate` at alpha 0, in one pass.
 
     Each batch runs the model once, and each ablation reruns only the part of the network after
@@ -136,7 +161,8 @@ def validate(model: MorphogeneticModel, batches: Iterable[Batch], ablate: tuple[
     sums = torch.zeros(2 + len(ablate), device=device)  # loss * n, correct, correct per ablation
     n_items = 0
     for x, y in _nonempty(batches):
-        logits, ablated = model.forward_with_ablations(x, ablate)
+        with autocast(amp, x.device):
+            logits, ablated = model.forward_with_ablations(x, ablate)
         loss, correct = loss_and_correct(logits, y)
         ablated_correct = [loss_and_correct(ablated[name], y)[1] for name in ablate]
         sums += torch.stack([loss * y.numel(), correct, *ablated_correct]).float()

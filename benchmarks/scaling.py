@@ -1,0 +1,139 @@
+"""How PPO training scales: host-epochs per second with 1, 2, 4 and 8 envs on one device, and the
+policy-DDP efficiency of 2 ranks against 1 (gloo on CPU, NCCL when `--device cuda`).
+
+- envs: every env trains its host one epoch on the shared batches (the trainer's `train_epoch`
+  phase, all envs WAITing, so the work per epoch is the bare host's); the figure is host-epochs
+  per second.
+- DDP: `--rounds` PPO rounds of `--ddp-envs` envs per rank, each rank in its own process with one
+  thread, timed between barriers; efficiency = throughput(2 ranks) / (2 x throughput(1 rank)).
+  On a machine with fewer free cores than ranks x threads this measures contention, not DDP.
+
+Prints one JSON object. Usage: python benchmarks/scaling.py [--device cpu] [--epochs 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import torch.multiprocessing as mp
+
+from esper.leyline import Decision
+from esper.simic import RewardFunction
+from esper.simic import vectorized as vec
+from esper.simic.distributed import init_distributed, shutdown_distributed
+from esper.tamiyo import ActionSpace, ObservationLayout
+from esper.tolaria import EnvConfig, get_task
+
+
+def make_setup(n_envs: int, device: torch.device, max_epochs: int, ctx=vec.SINGLE_PROCESS, seed: int = 0):
+    task = get_task("shapes")
+    data = task.load_data(None)
+    slots = tuple(s.name for s in task.build_host().slot_ids)
+    config = vec.TrainerConfig(episodes=10**6, n_envs=n_envs, seed=seed)
+    env_config = EnvConfig(task, device, max_epochs, slots, max_seeds=6)
+    envs = vec.build_envs(env_config, data, [device], n_envs)
+    layout, actions = ObservationLayout(task.topology, slots), ActionSpace(task.topology, slots)
+    setup = vec.Setup(
+        config,
+        envs,
+        envs[0].data,
+        layout,
+        actions,
+        RewardFunction(config.reward, config.ppo.gamma),
+        device,
+        env_config.thresholds,
+        ctx=ctx,
+    )
+    return setup, vec.make_learner(config, layout, actions, device, ctx)
+
+
+def host_epochs_per_second(n_envs: int, device: torch.device, epochs: int) -> float:
+    setup, learner = make_setup(n_envs, device, max_epochs=epochs + 1)
+    rs = vec.start_round(setup, learner, n_envs)
+    ids = list(range(n_envs))
+    vec.train_epoch(setup, learner, rs, ids, [Decision.wait()] * n_envs)  # warm-up
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    start = time.perf_counter()
+    for _ in range(epochs):
+        vec.train_epoch(setup, learner, rs, ids, [Decision.wait()] * n_envs)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return n_envs * epochs / (time.perf_counter() - start)
+
+
+def ddp_worker(rank: int, world_size: int, port: int, rounds: int, n_envs: int, device: str, out: str) -> None:
+    os.environ.update(
+        RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)
+    )
+    torch.set_num_threads(1)
+    dev = torch.device(device if device == "cpu" else f"cuda:{rank}")
+    ctx = init_distributed(dev)
+    try:
+        setup, learner = make_setup(n_envs, dev, max_epochs=2, ctx=ctx)
+        vec.run_round(setup, learner)  # warm-up
+        ctx.barrier()
+        start = time.perf_counter()
+        steps_before = learner.global_step
+        for _ in range(rounds):
+            vec.run_round(setup, learner)
+        ctx.barrier()
+        seconds = time.perf_counter() - start
+        if rank == 0:
+            Path(out).write_text(json.dumps({"steps": learner.global_step - steps_before, "seconds": seconds}))
+    finally:
+        shutdown_distributed()
+
+
+def ddp_throughput(world_size: int, rounds: int, n_envs: int, device: str) -> float:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with tempfile.TemporaryDirectory() as tmp:
+        out = str(Path(tmp) / "result.json")
+        if world_size == 1:
+            ddp_worker(0, 1, port, rounds, n_envs, device, out)
+        else:
+            mp.spawn(ddp_worker, args=(world_size, port, rounds, n_envs, device, out), nprocs=world_size, join=True)
+        result = json.loads(Path(out).read_text())
+    return result["steps"] / result["seconds"]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--epochs", type=int, default=3, help="timed host epochs per env count")
+    parser.add_argument("--rounds", type=int, default=3, help="timed PPO rounds per DDP configuration")
+    parser.add_argument("--ddp-envs", type=int, default=2, help="envs per rank in the DDP measurement")
+    args = parser.parse_args()
+    device = torch.device(args.device)
+    envs = {str(n): round(host_epochs_per_second(n, device, args.epochs), 3) for n in (1, 2, 4, 8)}
+    threads = torch.get_num_threads()
+    one = ddp_throughput(1, args.rounds, args.ddp_envs, args.device)
+    torch.set_num_threads(threads)
+    two = ddp_throughput(2, args.rounds, args.ddp_envs, args.device)
+    print(
+        json.dumps(
+            {
+                "device": str(device),
+                "host_epochs_per_second": envs,
+                "ddp_steps_per_second": {"1": round(one, 3), "2": round(two, 3)},
+                "ddp_efficiency": round(two / (2 * one), 3),
+                "cpu_count": os.cpu_count(),
+                "torch": torch.__version__,
+            }
+        )
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
