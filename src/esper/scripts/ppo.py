@@ -71,6 +71,7 @@ DEFAULTS: dict[str, Any] = {
     "save_every": 1,
     "data_dir": None,
     "amp": None,
+    "compile": False,
 }
 """Settings of a new run, as given (None: derived from the task). A resumed run takes them from
 its checkpoint instead, so a default stays a default if the task changes."""
@@ -93,6 +94,12 @@ def add_ppo_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--devices", nargs="+", help="devices the envs are spread over, round-robin")
     p.add_argument("--seed", type=int, help="seed of the run; episode e trains with seed S + e (default 0)")
     p.add_argument("--amp", help="mixed precision for the hosts on CUDA: bf16 or fp16 (fp16: one GradScaler per env)")
+    p.add_argument(
+        "--compile",
+        action="store_const",
+        const=True,
+        help="torch.compile each host's training forward (recompiles when a seed changes the graph)",
+    )
     p.add_argument("--save-every", type=int, help="write a checkpoint every R rounds, and after the last (default 1)")
     p.add_argument("--resume", help="continue from this checkpoint (settings come from it unless given)")
     p.add_argument("--data-dir", help="folder of a real dataset (cifar10, textfile); else $ESPER_DATA_DIR")
@@ -188,6 +195,7 @@ def resolve_ppo(args: argparse.Namespace, ctx: DistContext = SINGLE_PROCESS) -> 
     data = load_task_data(task, settings["data_dir"])
     env = EnvConfig(
         amp=amp,
+        compile_backend="inductor" if settings["compile"] else None,
         task=task,
         device=devices[0],
         max_epochs=max_epochs,

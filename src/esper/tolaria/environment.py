@@ -51,6 +51,9 @@ class EnvConfig:
     amp: str | None = None
     """Mixed precision for the host's forward and backward ("bf16" or "fp16", CUDA only); fp16
     gives the env its own GradScaler."""
+    compile_backend: str | Callable | None = None
+    """`torch.compile` backend for the host's training forward ("inductor" for `--compile`);
+    None runs eagerly. See `compiled_forward` for what recompiles."""
     end_episode_on_panic: bool = False
     """End the episode at the first governor rollback (PPO: the panic is a terminal with a
     penalty); otherwise the env rolls back and trains on, until the governor gives up."""
@@ -129,6 +132,21 @@ def seeded_init(seed: int) -> Iterator[None]:
         yield
 
 
+def compiled_forward(model: MorphogeneticModel, backend: str | Callable | None) -> Callable[..., torch.Tensor]:
+    """The training forward, compiled with `backend` (or the model itself when None).
+
+    Dynamo guards on the module structure and on each slot's Python state (stage, alpha), with
+    parameters as graph inputs, so:
+    - steady-state epochs (no lifecycle change: dormant, training-stage or fossilized slots with
+      fixed alpha) reuse the compiled graph, also across episodes of the same host;
+    - germinate, cull, fossilize, each stage change and each blending epoch (alpha is a new
+      constant) compile a new graph. Past dynamo's recompile limit a frame runs eagerly.
+    """
+    if backend is None:
+        return model
+    return torch.compile(model, backend=backend)
+
+
 class MorphogeneticEnv:
     """One host training run. Deterministic given the `reset` seed: initialisation, shuffling and
     seed construction all draw from the env's own generator."""
@@ -155,6 +173,7 @@ class MorphogeneticEnv:
         self.model = MorphogeneticModel(host, self.config.thresholds).to(self.config.device)
         for name in self.config.enabled_slots:
             self.model.slot(name)
+        self._forward = compiled_forward(self.model, self.config.compile_backend)
         self.host_optimizer = self._make_optimizer(self.model.host_parameters(), self.config.task.host_lr)
         self.seed_optimizers: dict[str, torch.optim.Optimizer] = {}
         self.epoch = 0
@@ -207,7 +226,7 @@ class MorphogeneticEnv:
                 for group in opt.param_groups:
                     group["lr"] = group["base_lr"] * factor
             blended = set(self.model.blended_slots())
-            training = TrainingEpoch(self.model, optimizers, self.config.amp, self.scaler)
+            training = TrainingEpoch(self.model, optimizers, self.config.amp, self.scaler, self._forward)
             self._open = _OpenStep(decision, changes, blended, training)
         except BaseException:
             self.abort_step()

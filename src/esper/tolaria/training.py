@@ -6,7 +6,7 @@ Both keep every running sum on the device and synchronise with the host once, at
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -89,10 +89,14 @@ class TrainingEpoch:
         optimizers: list[torch.optim.Optimizer],
         amp: Precision | None = None,
         scaler: torch.amp.GradScaler | None = None,
+        forward: Callable[[torch.Tensor], torch.Tensor] | None = None,
     ) -> None:
         """`amp` runs forward and loss under autocast; `scaler` (fp16: the env's own) scales the
-        loss, is unscaled before gradients are inspected, and skips steps with inf/NaN grads."""
+        loss, is unscaled before gradients are inspected, and skips steps with inf/NaN grads.
+        `forward` replaces `model(x)` (a `torch.compile`d model); everything around it, autocast
+        and the optimizer steps included, stays outside the compiled region."""
         self.model, self.optimizers = model, optimizers
+        self.forward = forward if forward is not None else model
         self.amp, self.scaler = amp, scaler
         self.seeded = [s for s in model.ordered_slots() if s.seed is not None]
         device = next(model.parameters()).device
@@ -106,7 +110,7 @@ class TrainingEpoch:
         for opt in self.optimizers:
             opt.zero_grad(set_to_none=True)
         with autocast(self.amp, x.device):
-            loss, batch_correct = loss_and_correct(self.model(x), y)
+            loss, batch_correct = loss_and_correct(self.forward(x), y)
         if self.scaler is not None:
             self.scaler.scale(loss).backward()
             for opt in self.optimizers:
