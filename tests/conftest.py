@@ -72,11 +72,12 @@ def make_env(
     max_epochs: int = 6,
     max_seeds: int = 6,
     slots: tuple[str, ...] = ("early", "mid", "late"),
+    device: torch.device = torch.device("cpu"),  # noqa: B008
     **kwargs,
 ) -> MorphogeneticEnv:
     task = task or tiny_shapes_task()
     config = EnvConfig(
-        task=task, device=torch.device("cpu"), max_epochs=max_epochs, enabled_slots=slots, max_seeds=max_seeds, **kwargs
+        task=task, device=device, max_epochs=max_epochs, enabled_slots=slots, max_seeds=max_seeds, **kwargs
     )
     return MorphogeneticEnv(config, task.load_data(None))
 

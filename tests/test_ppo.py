@@ -357,3 +357,11 @@ def test_trainer_config_checks_its_inputs() -> None:
         vec.TrainerConfig(episodes=4, n_envs=0)
     assert vec.TrainerConfig(episodes=9, n_envs=4).total_rounds == 3
     assert dataclasses.asdict(vec.TrainerConfig(episodes=1, n_envs=1))["reward"]["mode"] == "contribution"
+
+
+def test_envs_are_spread_round_robin_over_the_devices() -> None:
+    devices = [torch.device("cuda", 0), torch.device("cuda", 1)]
+    assert vec.assign_devices(5, devices) == [devices[0], devices[1], devices[0], devices[1], devices[0]]
+    assert vec.assign_devices(2, [torch.device("cpu")]) == [torch.device("cpu")] * 2
+    with pytest.raises(ValueError, match="at least one device"):
+        vec.assign_devices(2, [])

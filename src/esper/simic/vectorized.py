@@ -139,14 +139,21 @@ class RoundState:
         return [i for i, r in enumerate(self.running) if r]
 
 
+def assign_devices(n_envs: int, devices: Sequence[torch.device]) -> list[torch.device]:
+    """Env i runs on devices[i % len(devices)] (round-robin)."""
+    if not devices:
+        raise ValueError("at least one device is needed")
+    return [devices[i % len(devices)] for i in range(n_envs)]
+
+
 def build_envs(
     env_config: EnvConfig, data: TaskData, devices: Sequence[torch.device], n_envs: int, emit=None
 ) -> list[MorphogeneticEnv]:
     """`n_envs` envs spread round-robin over `devices`; each ends its episode at a governor panic."""
     config = dataclasses.replace(env_config, end_episode_on_panic=True)
     return [
-        MorphogeneticEnv(dataclasses.replace(config, device=devices[i % len(devices)]), data, emit)
-        for i in range(n_envs)
+        MorphogeneticEnv(dataclasses.replace(config, device=device), data, emit)
+        for device in assign_devices(n_envs, devices)
     ]
 
 
@@ -250,7 +257,7 @@ def train_epoch(setup: Setup, learner: Learner, rs: RoundState, ids: list[int], 
     try:
         for x, y in setup.data.train_batches(setup.batch_size, learner.data_generator):
             for env in envs:
-                env.train_batch(x.to(env.config.device, non_blocking=True), y.to(env.config.device, non_blocking=True))
+                env.train_batch(x, y)  # each env moves the batch to its device, on its own stream
     except BaseException:
         for env in envs:
             env.abort_step()

@@ -160,6 +160,8 @@ class MorphogeneticEnv:
         self.episode = -1
         self.model: MorphogeneticModel | None = None
         self.scaler = torch.amp.GradScaler(config.device.type) if config.amp == "fp16" else None
+        self.stream = torch.cuda.Stream(config.device) if config.device.type == "cuda" else None
+        """This env's own CUDA stream: its training, validation and counterfactuals run there."""
         """This env's own loss scaler (fp16 only): never shared with another env or device."""
         self._seeds_created = 0  # over the env's lifetime, so seed ids are unique per env
 
@@ -183,7 +185,8 @@ class MorphogeneticEnv:
         self._started = time.perf_counter()
         self.tracker.reset()
         self.governor.reset()
-        val = self._validate()
+        with self._on_stream():
+            val = self._validate()
         measured = EpochMeasurements(val.loss, val.accuracy, val.loss, val.accuracy)
         self._last_val, self._last_grads = val, {}
         self._pending_events: list[Event] = []
@@ -234,10 +237,25 @@ class MorphogeneticEnv:
         return changes
 
     def train_batch(self, x: torch.Tensor, y: torch.Tensor) -> None:
-        """One optimisation step of the open epoch (no host-device sync)."""
+        """One optimisation step of the open epoch (no host-device sync).
+
+        On CUDA the step runs on the env's own stream: the batch is copied there without
+        blocking, once the producing stream's work is done, and recorded on the env's stream so
+        its memory is not reused while the env still reads it."""
         if self._open is None:
             raise RuntimeError("train_batch() outside begin_step()/end_step()")
-        self._open.training.step(x, y)
+        if self.stream is None:
+            self._open.training.step(x.to(self.config.device), y.to(self.config.device))
+            return
+        producer = torch.cuda.current_stream(x.device) if x.is_cuda else None
+        with torch.cuda.stream(self.stream):
+            if producer is not None:
+                self.stream.wait_stream(producer)
+            x = x.to(self.config.device, non_blocking=True)
+            y = y.to(self.config.device, non_blocking=True)
+            x.record_stream(self.stream)
+            y.record_stream(self.stream)
+            self._open.training.step(x, y)
 
     def end_step(self) -> StepResult:
         """Validate, let the governor judge, tick every lifecycle, and return the new signals."""
@@ -246,8 +264,9 @@ class MorphogeneticEnv:
             raise RuntimeError("end_step() without begin_step()")
         step = self._open
         try:
-            train = step.training.finish()
-            val = self._validate()
+            with self._on_stream():  # the epoch's one sync and validation, on the env's stream
+                train = step.training.finish()
+                val = self._validate()
             panic = self.governor.judge(train.loss, val.loss)
             changes = step.changes
             if panic is None:
@@ -289,6 +308,9 @@ class MorphogeneticEnv:
     @property
     def episode_over(self) -> bool:
         return self.epoch >= self.config.max_epochs or self.governor.gave_up or self._ended_by_panic
+
+    def _on_stream(self) -> contextlib.AbstractContextManager:
+        return torch.cuda.stream(self.stream) if self.stream is not None else contextlib.nullcontext()
 
     def episode_seconds(self) -> float:
         return time.perf_counter() - self._started

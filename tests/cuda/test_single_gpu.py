@@ -1,0 +1,76 @@
+"""One GPU: per-env streams, AMP bf16 and fp16, and torch.compile on CUDA. Skipped without CUDA."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).parents[1]))
+from conftest import make_env
+from esper.leyline import Decision, LifecycleOp
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+
+CUDA = torch.device("cuda:0")
+
+
+def run_episode(env, germinate_at: int = 1) -> list[float]:
+    env.reset(0)
+    losses = []
+    for epoch in range(env.config.max_epochs):
+        decision = Decision(LifecycleOp.GERMINATE, "mid", "conv_light") if epoch == germinate_at else Decision.wait()
+        result = env.step(decision)
+        losses.append(result.signals.train_loss)
+    return losses
+
+
+def test_each_env_owns_a_stream_and_trains_finite_with_a_seed() -> None:
+    a, b = make_env(max_epochs=4, device=CUDA), make_env(max_epochs=4, device=CUDA)
+    assert a.stream is not None and a.stream != b.stream
+    gpu = run_episode(a)
+    assert all(math.isfinite(x) for x in gpu)
+    assert a.model.slot("mid").seed is not None and next(a.model.parameters()).is_cuda
+
+
+@pytest.mark.parametrize("amp", ["bf16", "fp16"])
+def test_amp_episode_is_finite_and_keeps_fp32_weights(amp: str) -> None:
+    env = make_env(max_epochs=5, device=CUDA, amp=amp)
+    losses = run_episode(env)
+    assert all(math.isfinite(x) for x in losses)
+    assert all(p.dtype == torch.float32 for p in env.model.parameters())
+    assert (env.scaler is not None) == (amp == "fp16")
+
+
+def test_compile_on_cuda_does_not_recompile_in_steady_state() -> None:
+    torch._dynamo.reset()
+    compilations = []
+
+    def backend(gm, example_inputs):
+        compilations.append(1)
+        return gm.forward
+
+    env = make_env(max_epochs=4, device=CUDA, compile_backend=backend)
+    env.reset(0)
+    env.step(Decision.wait())
+    first = len(compilations)
+    env.step(Decision.wait())
+    env.step(Decision.wait())
+    assert len(compilations) == first
+
+
+def test_policy_logits_stay_float32_under_autocast() -> None:
+    from esper.simic import MaskedCategorical
+    from esper.tamiyo import RecurrentPolicy
+
+    policy = RecurrentPolicy(8, (4, 3)).to(CUDA)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        logits, values, _ = policy(
+            torch.randn(1, 2, 8, device=CUDA), policy.initial_state(2), torch.ones(1, 2, dtype=torch.bool, device=CUDA)
+        )
+    assert all(lg.dtype == torch.float32 for lg in logits) and values.dtype == torch.float32
+    dist = MaskedCategorical(logits[0][0].bfloat16(), torch.ones(2, 4, dtype=torch.bool, device=CUDA))
+    assert dist.log_probs_all.dtype == torch.float32
