@@ -89,8 +89,9 @@ def ddp_worker(rank: int, world_size: int, port: int, rounds: int, n_envs: int, 
         seconds = time.perf_counter() - start
         if rank == 0:
             Path(out).write_text(json.dumps({"steps": learner.global_step - steps_before, "seconds": seconds}))
-    finally:
         shutdown_distributed()
+    finally:
+        shutdown_distributed(graceful=False)
 
 
 def ddp_throughput(world_size: int, rounds: int, n_envs: int, device: str) -> float:

@@ -35,6 +35,9 @@ def one_round_on_rank(rank: int, world_size: int, port: int, out_dir: str) -> No
     os.environ.update(
         RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)
     )
+    import faulthandler
+
+    faulthandler.enable()
     torch.set_num_threads(1)
     sys.path.insert(0, str(Path(__file__).parent))
     from conftest import tiny_shapes_task
@@ -75,8 +78,9 @@ def one_round_on_rank(rank: int, world_size: int, port: int, out_dir: str) -> No
             },
             Path(out_dir) / f"rank{rank}.pt",
         )
-    finally:
         shutdown_distributed()
+    finally:
+        shutdown_distributed(graceful=False)
 
 
 def test_two_gloo_ranks_hold_the_same_policy_after_an_update(tmp_path: Path) -> None:

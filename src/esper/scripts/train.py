@@ -175,19 +175,23 @@ def main(argv: Sequence[str] | None = None) -> int:
             run, execute = resolve_heuristic(args), run_heuristic
     except UsageError as exc:
         print(f"esper: error: {exc}", file=sys.stderr)
-        shutdown_distributed()
+        shutdown_distributed(graceful=False)
         return 2
     try:
         execute(run)
     except TelemetryError as exc:
         print(f"esper: error: {exc}", file=sys.stderr)
+        shutdown_distributed(graceful=False)
         return 1
     except BrokenPipeError:
         # stdout was closed (e.g. `esper heuristic | head`): stop quietly, as Unix tools do.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        shutdown_distributed(graceful=False)
         return 1
-    finally:
-        shutdown_distributed()
+    except BaseException:
+        shutdown_distributed(graceful=False)
+        raise
+    shutdown_distributed()
     return 0
 
 

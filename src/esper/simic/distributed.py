@@ -97,8 +97,13 @@ def init_distributed(device: torch.device) -> DistContext:
     return DistContext(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")), device)
 
 
-def shutdown_distributed() -> None:
+def shutdown_distributed(graceful: bool = True) -> None:
+    """Leave the process group. A graceful exit first waits for every rank, so that no rank tears
+    its connections down while another still uses them (gloo aborts on that); after an error
+    the wait is skipped, since the other ranks may never arrive."""
     if dist.is_available() and dist.is_initialized():
+        if graceful:
+            dist.barrier()
         dist.destroy_process_group()
 
 
