@@ -162,3 +162,34 @@ def test_torchrun_two_ranks_then_single_process_resume(tmp_path: Path) -> None:
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r["round"] for r in rows] == [1, 2, 3] and rows[-1]["episodes"] == 5
+
+
+CRASHING_RANK = """
+import sys, torch
+from esper.simic.distributed import init_distributed, shutdown_distributed
+ctx = init_distributed(torch.device("cpu"))
+if ctx.rank == 1:
+    raise RuntimeError("rank 1 fails")
+ctx.barrier()  # rank 0 would wait here forever if nothing ended the job
+shutdown_distributed()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    shutil.which("torchrun") is None and not (Path(sys.executable).parent / "torchrun").exists(),
+    reason="torchrun not installed",
+)
+def test_a_crash_on_one_rank_ends_the_job_with_a_nonzero_exit(tmp_path: Path) -> None:
+    torchrun = shutil.which("torchrun") or str(Path(sys.executable).parent / "torchrun")
+    script = tmp_path / "crash.py"
+    script.write_text(CRASHING_RANK)
+    result = subprocess.run(
+        [torchrun, "--standalone", "--nproc-per-node=2", str(script)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        timeout=300,
+    )
+    assert result.returncode != 0
+    assert "rank 1 fails" in result.stderr

@@ -56,8 +56,18 @@ def check_compatible(path: Path, saved: dict[str, Any], current: dict[str, Any])
         if saved.get(key) != current[key]:
             raise CheckpointError(
                 f"checkpoint {str(path)!r} does not fit this run's {key.replace('_', ' ')}: "
-                f"saved {_short(saved.get(key))}, this run has {_short(current[key])}"
+                + _difference(saved.get(key), current[key])
             )
+
+
+def _difference(saved: object, current: object) -> str:
+    """Where two values first differ: for lists, the first differing entry and the lengths."""
+    if isinstance(saved, list) and isinstance(current, list):
+        for i, (a, b) in enumerate(zip(saved, current, strict=False)):
+            if a != b:
+                return f"entry {i} is {a!r} in the checkpoint and {b!r} here ({len(saved)} vs {len(current)} entries)"
+        return f"the checkpoint has {len(saved)} entries, this run {len(current)}"
+    return f"saved {_short(saved)}, this run has {_short(current)}"
 
 
 def _short(value: object, limit: int = 120) -> str:
