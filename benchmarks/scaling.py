@@ -26,33 +26,17 @@ import torch
 import torch.multiprocessing as mp
 
 from esper.leyline import Decision
-from esper.simic import RewardFunction
 from esper.simic import vectorized as vec
 from esper.simic.distributed import init_distributed, shutdown_distributed
-from esper.tamiyo import ActionSpace, ObservationLayout
 from esper.tolaria import EnvConfig, get_task
 
 
 def make_setup(n_envs: int, device: torch.device, max_epochs: int, ctx=vec.SINGLE_PROCESS, seed: int = 0):
     task = get_task("shapes")
-    data = task.load_data(None)
     slots = tuple(s.name for s in task.build_host().slot_ids)
     config = vec.TrainerConfig(episodes=10**6, n_envs=n_envs, seed=seed)
     env_config = EnvConfig(task, device, max_epochs, slots, max_seeds=6)
-    envs = vec.build_envs(env_config, data, [device], n_envs)
-    layout, actions = ObservationLayout(task.topology, slots), ActionSpace(task.topology, slots)
-    setup = vec.Setup(
-        config,
-        envs,
-        envs[0].data,
-        layout,
-        actions,
-        RewardFunction(config.reward, config.ppo.gamma),
-        device,
-        env_config.thresholds,
-        ctx=ctx,
-    )
-    return setup, vec.make_learner(config, layout, actions, device, ctx)
+    return vec.build_trainer(config, env_config, task.load_data(None), [device], device, ctx=ctx)
 
 
 def host_epochs_per_second(n_envs: int, device: torch.device, epochs: int) -> float:

@@ -14,11 +14,9 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from esper.simic import RewardFunction
 from esper.simic import vectorized as vec
 from esper.simic.distributed import init_distributed, merge_observations, shutdown_distributed
 from esper.simic.normalizer import RunningMeanStd
-from esper.tamiyo import ActionSpace, ObservationLayout
 from esper.tolaria import EnvConfig
 
 pytestmark = pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed is not built")
@@ -45,24 +43,10 @@ def one_round_on_rank(rank: int, world_size: int, port: int, out_dir: str) -> No
     ctx = init_distributed(torch.device("cpu"))
     try:
         task = tiny_shapes_task()
-        data = task.load_data(None)
         config = vec.TrainerConfig(episodes=4, n_envs=1, seed=3, hidden=16)
-        slots = ("early", "mid", "late")
-        env_config = EnvConfig(task, torch.device("cpu"), 2, slots, max_seeds=2)
-        envs = vec.build_envs(env_config, data, [torch.device("cpu")], 1)
-        layout, actions = ObservationLayout(task.topology, slots), ActionSpace(task.topology, slots)
-        setup = vec.Setup(
-            config,
-            envs,
-            envs[0].data,
-            layout,
-            actions,
-            RewardFunction(config.reward, config.ppo.gamma),
-            torch.device("cpu"),
-            env_config.thresholds,
-            ctx=ctx,
-        )
-        learner = vec.make_learner(config, layout, actions, torch.device("cpu"), ctx)
+        env_config = EnvConfig(task, torch.device("cpu"), 2, ("early", "mid", "late"), max_seeds=2)
+        cpu = torch.device("cpu")
+        setup, learner = vec.build_trainer(config, env_config, task.load_data(None), [cpu], cpu, ctx=ctx)
         rs = vec.start_round(setup, learner, 1)
         episodes = list(rs.episodes)
         row = vec.run_round(setup, learner)

@@ -15,7 +15,6 @@ from esper.leyline import LifecycleOp
 from esper.simic import (
     FactoredMasks,
     PPOConfig,
-    RewardFunction,
     RolloutBuffer,
     compute_gae,
     evaluate_factored,
@@ -23,7 +22,7 @@ from esper.simic import (
     sample_factored,
 )
 from esper.simic import vectorized as vec
-from esper.tamiyo import ActionSpace, ObservationLayout, RecurrentPolicy
+from esper.tamiyo import ActionSpace, RecurrentPolicy
 from esper.tolaria import EnvConfig
 
 
@@ -226,24 +225,10 @@ def test_schedule_anneals_over_a_fixed_horizon() -> None:
 # --------------------------------------------------------------------------- vectorized trainer
 def make_trainer(n_envs: int = 2, max_epochs: int = 3, seed: int = 0) -> tuple[vec.Setup, vec.Learner]:
     task = tiny_shapes_task()
-    data = task.load_data(None)
     config = vec.TrainerConfig(episodes=n_envs, n_envs=n_envs, seed=seed, hidden=16)
-    slots = ("early", "mid", "late")
-    env_config = EnvConfig(task, torch.device("cpu"), max_epochs, slots, max_seeds=3)
-    envs = vec.build_envs(env_config, data, [torch.device("cpu")], n_envs)
-    layout, actions = ObservationLayout(task.topology, slots), ActionSpace(task.topology, slots)
-    setup = vec.Setup(
-        config,
-        envs,
-        envs[0].data,
-        layout,
-        actions,
-        RewardFunction(config.reward, config.ppo.gamma),
-        torch.device("cpu"),
-        env_config.thresholds,
-        episode_seed=lambda e: 100 + e,
-    )
-    return setup, vec.make_learner(config, layout, actions, torch.device("cpu"))
+    env_config = EnvConfig(task, torch.device("cpu"), max_epochs, ("early", "mid", "late"), max_seeds=3)
+    cpu = torch.device("cpu")
+    return vec.build_trainer(config, env_config, task.load_data(None), [cpu], cpu)
 
 
 def collect(setup: vec.Setup, learner: vec.Learner, before_train=None) -> tuple[vec.RoundState, list[torch.Tensor]]:

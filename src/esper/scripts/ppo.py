@@ -34,17 +34,16 @@ from esper.scripts.common import (
     resolve_slots,
     resolve_task,
 )
-from esper.simic import REWARD_MODES, CheckpointError, PPOConfig, RewardConfig, RewardFunction
+from esper.simic import REWARD_MODES, CheckpointError, PPOConfig, RewardConfig
 from esper.simic.checkpoint import check_compatible, load_checkpoint, save_checkpoint
 from esper.simic.distributed import SINGLE_PROCESS, DistContext, init_distributed
 from esper.simic.vectorized import (
     Learner,
     Setup,
     TrainerConfig,
-    build_envs,
+    build_trainer,
     learner_state,
     load_learner_state,
-    make_learner,
     run_round,
     space_signature,
 )
@@ -255,21 +254,9 @@ def spaces(
 # --------------------------------------------------------------------------- running
 def build(run: PPORun, emit) -> tuple[Setup, Learner]:
     """Envs, spaces and learner of this rank; a resumed learner takes the checkpoint's state."""
-    layout, actions = spaces(run.task, run.env.enabled_slots, run.blueprints)
-    envs = build_envs(run.env, run.data, run.devices, run.config.n_envs, emit)
-    setup = Setup(
-        config=run.config,
-        envs=envs,
-        data=envs[0].data,
-        layout=layout,
-        actions=actions,
-        reward=RewardFunction(run.config.reward, run.config.ppo.gamma),
-        policy_device=run.policy_device,
-        thresholds=run.env.thresholds,
-        episode_seed=lambda episode: run.config.seed + episode,
-        ctx=run.ctx,
+    setup, learner = build_trainer(
+        run.config, run.env, run.data, run.devices, run.policy_device, run.blueprints, run.ctx, emit
     )
-    learner = make_learner(run.config, layout, actions, run.policy_device, run.ctx)
     if run.resume is not None:
         load_learner_state(learner, run.resume["learner"], run.ctx)
     return setup, learner

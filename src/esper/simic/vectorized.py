@@ -157,6 +157,37 @@ def build_envs(
     ]
 
 
+def build_trainer(
+    config: TrainerConfig,
+    env_config: EnvConfig,
+    data: TaskData,
+    devices: Sequence[torch.device],
+    policy_device: torch.device,
+    blueprints: tuple[str, ...] | None = None,
+    ctx: DistContext = SINGLE_PROCESS,
+    emit=None,
+) -> tuple[Setup, Learner]:
+    """A fresh run: this rank's envs over `devices`, the spaces derived from the task's host, and
+    a learner. Episode `e` trains with seed `config.seed + e` on whichever rank runs it."""
+    task = env_config.task
+    host_slots = tuple(s.name for s in task.build_host().slot_ids)
+    layout, actions = ObservationLayout(task.topology, host_slots), ActionSpace(task.topology, host_slots, blueprints)
+    envs = build_envs(env_config, data, devices, config.n_envs, emit)
+    setup = Setup(
+        config=config,
+        envs=envs,
+        data=envs[0].data,
+        layout=layout,
+        actions=actions,
+        reward=RewardFunction(config.reward, config.ppo.gamma),
+        policy_device=policy_device,
+        thresholds=env_config.thresholds,
+        episode_seed=lambda episode: config.seed + episode,
+        ctx=ctx,
+    )
+    return setup, make_learner(config, layout, actions, policy_device, ctx)
+
+
 RANK_SEED_STRIDE = 1_000_003
 """Each rank's generators start `rank * stride` after rank 0's, so ranks draw distinct streams."""
 
