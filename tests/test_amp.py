@@ -18,8 +18,16 @@ from esper.leyline import Decision, LifecycleOp
 
 def test_each_fp16_env_owns_its_scaler_and_bf16_needs_none() -> None:
     a, b = make_env(amp="fp16"), make_env(amp="fp16")
+    a.reset(0)
+    b.reset(0)
     assert isinstance(a.scaler, torch.amp.GradScaler) and a.scaler is not b.scaler
-    assert make_env(amp="bf16").scaler is None and make_env().scaler is None
+    first = a.scaler
+    a.reset(1)
+    assert a.scaler is not first  # a new episode never inherits a loss scale
+    bf16, fp32 = make_env(amp="bf16"), make_env()
+    bf16.reset(0)
+    fp32.reset(0)
+    assert bf16.scaler is None and fp32.scaler is None
 
 
 def test_unknown_precision_is_refused() -> None:

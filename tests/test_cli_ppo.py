@@ -134,6 +134,11 @@ def test_resume_from_a_missing_corrupt_or_mismatched_checkpoint(
         capsys, ["ppo", "--resume", str(other), "--episodes", "4"], "does not fit this run's action heads"
     )
     check_usage_error(capsys, ["ppo", "--resume", str(checkpoint)], "--episodes 2 is already reached")
+    partial = tmp_path / "partial.pt"
+    payload = torch.load(checkpoint, weights_only=True)
+    del payload["learner"]["rng_ranks"]
+    torch.save(payload, partial)
+    check_usage_error(capsys, ["ppo", "--resume", str(partial), "--episodes", "4"], "lacks 'learner.rng_ranks'")
     assert tree(run_dir) == before
 
 

@@ -350,3 +350,15 @@ def test_envs_are_spread_round_robin_over_the_devices() -> None:
     assert vec.assign_devices(2, [torch.device("cpu")]) == [torch.device("cpu")] * 2
     with pytest.raises(ValueError, match="at least one device"):
         vec.assign_devices(2, [])
+
+
+def test_advantages_are_normalised_over_the_whole_round() -> None:
+    """Not per minibatch: a minibatch may be one env's episode, whose own mean would be erased."""
+    from esper.simic.distributed import SINGLE_PROCESS
+    from esper.simic.ppo import advantage_statistics
+
+    buf = filled_buffer([5, 2, 4], [True, True, True])
+    buf.compute_returns(torch.zeros(3), gamma=0.9, gae_lambda=0.95)
+    mean, std = advantage_statistics(buf, SINGLE_PROCESS)
+    valid = buf.advantages[buf.valid]
+    assert torch.isclose(mean, valid.mean()) and torch.isclose(std, valid.std() + 1e-8)

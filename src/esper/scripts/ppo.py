@@ -128,7 +128,7 @@ class PPORun:
 def resolve_ppo(args: argparse.Namespace, ctx: DistContext = SINGLE_PROCESS) -> PPORun:
     """Validate every argument (and the checkpoint) before anything is written.
 
-    Under `torchrun` every rank resolves the same arguments; a bare `--device cuda` means each
+    Under `torchrun` every rank resolves the same arguments; a CUDA `--device` means each
     rank's own GPU (`cuda:LOCAL_RANK`)."""
     given = {k: getattr(args, k) for k in SETTINGS if getattr(args, k) is not None}
     resume, resume_path, base = None, None, dict(DEFAULTS)
@@ -136,6 +136,7 @@ def resolve_ppo(args: argparse.Namespace, ctx: DistContext = SINGLE_PROCESS) -> 
         resume_path = Path(args.resume)
         try:
             resume = load_checkpoint(resume_path)
+            check_keys(resume_path, resume)
         except CheckpointError as exc:
             raise UsageError(str(exc)) from None
         base.update(resume["settings"])
@@ -153,10 +154,9 @@ def resolve_ppo(args: argparse.Namespace, ctx: DistContext = SINGLE_PROCESS) -> 
     check_minimum("--max-epochs", max_epochs, 1)
     if settings["reward_mode"] not in REWARD_MODES:
         raise UsageError(f"unknown reward mode {settings['reward_mode']!r}; choose from: {' '.join(REWARD_MODES)}")
-    device_arg = settings["device"]
-    if ctx.enabled and device_arg == "cuda":
-        device_arg = f"cuda:{ctx.local_rank}"
-    policy_device = resolve_device_arg(device_arg)
+    policy_device = resolve_device_arg(settings["device"])
+    if ctx.enabled and policy_device.type == "cuda":
+        policy_device = resolve_device_arg(f"cuda:{ctx.local_rank}")  # one GPU per rank
     devices = [resolve_device_arg(d) for d in settings["devices"]] if settings["devices"] else [policy_device]
     if len(devices) > settings["n_envs"]:
         raise UsageError(
@@ -174,9 +174,14 @@ def resolve_ppo(args: argparse.Namespace, ctx: DistContext = SINGLE_PROCESS) -> 
     slots = resolve_slots(task, settings["slots"])
     blueprints = resolve_blueprints(task, settings["blueprints"], blueprint_names(task.topology))
 
-    reward = RewardConfig(mode=settings["reward_mode"])
+    reward, ppo = RewardConfig(mode=settings["reward_mode"]), PPOConfig()
+    if resume is not None:
+        # The saved hyperparameters, not today's defaults: a resumed run continues the same run.
+        saved = resume["trainer"]
+        reward = RewardConfig(**{**saved["reward"], "mode": settings["reward_mode"]})
+        ppo = PPOConfig(**saved["ppo"])
     config = TrainerConfig(
-        episodes=settings["episodes"], n_envs=settings["n_envs"], seed=settings["seed"], reward=reward
+        episodes=settings["episodes"], n_envs=settings["n_envs"], seed=settings["seed"], reward=reward, ppo=ppo
     )
     if resume is not None:
         done = int(resume["learner"]["episodes_done"])
@@ -216,6 +221,25 @@ def resolve_ppo(args: argparse.Namespace, ctx: DistContext = SINGLE_PROCESS) -> 
         args.quiet,
         ctx,
     )
+
+
+CHECKPOINT_KEYS: dict[str, tuple[str, ...]] = {
+    "learner": ("policy", "optimizer", "obs_norm", "rng_ranks", "round", "episodes_done", "global_step"),
+    "settings": (),
+    "trainer": ("hidden", "reward", "ppo"),
+    "spaces": ("observation_layout", "action_heads"),
+    "run_dir": (),
+}
+
+
+def check_keys(path: Path, payload: dict[str, Any]) -> None:
+    """A checkpoint missing part of what a resume needs is refused in one line, not a KeyError."""
+    for key, inner in CHECKPOINT_KEYS.items():
+        value = payload.get(key)
+        missing = [k for k in inner if not isinstance(value, dict) or k not in value]
+        if value is None or missing:
+            what = f"{key}.{missing[0]}" if missing and value is not None else key
+            raise CheckpointError(f"checkpoint {str(path)!r} lacks {what!r}: it was not written by `esper ppo`")
 
 
 def resolve_run_dir(flag: str | None, task: TaskSpec, resume: dict | None, resume_path: Path | None) -> Path:
@@ -381,7 +405,7 @@ def distributed_context(args: argparse.Namespace) -> DistContext:
         device = torch.device(args.device or DEFAULTS["device"])
     except (RuntimeError, ValueError):
         device = torch.device("cpu")
-    if device.type == "cuda" and device.index is None:
+    if device.type == "cuda":
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
     return init_distributed(device)
 

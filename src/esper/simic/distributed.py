@@ -49,16 +49,16 @@ class DistContext:
         """The mean of `tensor` over ranks (the input itself when running alone)."""
         if not self.enabled:
             return tensor
-        out = tensor.detach().clone()
+        out = tensor.detach().to(self.device, copy=True)
         dist.all_reduce(out, op=dist.ReduceOp.SUM)
-        return out / self.world_size
+        return (out / self.world_size).to(tensor.device)
 
     def all_reduce_sum(self, tensor: torch.Tensor) -> torch.Tensor:
         if not self.enabled:
             return tensor
-        out = tensor.detach().clone()
+        out = tensor.detach().to(self.device, copy=True)
         dist.all_reduce(out, op=dist.ReduceOp.SUM)
-        return out
+        return out.to(tensor.device)
 
     def all_gather(self, tensor: torch.Tensor) -> list[torch.Tensor]:
         """`tensor` from every rank, in rank order (same shape on every rank)."""
@@ -92,6 +92,8 @@ def init_distributed(device: torch.device) -> DistContext:
     if world_size <= 1:
         return DistContext()
     backend = "nccl" if device.type == "cuda" else "gloo"
+    if device.type == "cuda":
+        torch.cuda.set_device(device)  # object collectives and NCCL use the current device
     if not dist.is_initialized():
         dist.init_process_group(backend=backend, timeout=COLLECTIVE_TIMEOUT)
     return DistContext(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")), device)

@@ -2,7 +2,7 @@
 
 Host-agnostic: it sees a policy that maps (T, B) observation sequences to per-head logits and
 values, and a `RolloutBuffer`. Several epochs over minibatches of whole env sequences, each
-re-run from its stored initial LSTM state; per-minibatch advantage normalization; global
+re-run from its stored initial LSTM state; advantages normalized over the whole round; global
 gradient clipping; an early stop when the approximate KL passes 1.5 x `target_kl` (checked
 before the step that would overshoot, as Stable-Baselines3 does).
 """
@@ -60,6 +60,21 @@ class PPOConfig:
         return lr, self.ent_coef + (self.ent_coef_final - self.ent_coef) * progress
 
 
+def advantage_statistics(buffer: RolloutBuffer, ctx: DistContext) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean and std of the advantages of every valid step of the round (over all ranks).
+
+    Normalised over the whole round, not per minibatch: a minibatch can be a single env's
+    episode, and per-minibatch normalisation would erase which episodes went better than others.
+    """
+    assert buffer.advantages is not None
+    adv = buffer.advantages[buffer.valid].double()
+    sums = ctx.all_reduce_sum(torch.stack([adv.new_tensor(adv.numel()), adv.sum(), adv.square().sum()]))
+    n = sums[0].clamp_min(1.0)
+    mean = sums[1] / n
+    var = (sums[2] / n - mean.square()).clamp_min(0.0) * n / (n - 1).clamp_min(1.0)
+    return mean.float(), var.sqrt().float() + 1e-8
+
+
 @dataclass(frozen=True)
 class UpdateStats:
     policy_loss: float
@@ -107,6 +122,7 @@ def ppo_update(
     """
     loss_config = config.loss_config(ent_coef)
     explained = buffer.explained_variance()
+    adv_mean, adv_std = advantage_statistics(buffer, ctx) if config.norm_adv else (0.0, 1.0)
     sums: dict[str, torch.Tensor] = {}
     approx_kl = torch.zeros(())
     epochs_run, minibatches_run, stopped = 0, 0, False
@@ -116,9 +132,7 @@ def ppo_update(
             logits, values, _ = policy(mb.obs, mb.initial_state, mb.episode_start)
             valid_logits = [lg[mb.valid] for lg in logits]
             new_log_probs, entropies = evaluate_factored(valid_logits, mb.masks, mb.actions)
-            advantages = mb.advantages
-            if config.norm_adv and advantages.numel() > 1:
-                advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+            advantages = (mb.advantages - adv_mean) / adv_std
             out = ppo_loss(
                 new_log_probs,
                 mb.old_log_probs,

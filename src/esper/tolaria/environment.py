@@ -159,9 +159,11 @@ class MorphogeneticEnv:
         self.governor = Governor(config.governor)
         self.episode = -1
         self.model: MorphogeneticModel | None = None
-        self.scaler = torch.amp.GradScaler(config.device.type) if config.amp == "fp16" else None
         self.stream = torch.cuda.Stream(config.device) if config.device.type == "cuda" else None
         """This env's own CUDA stream: its training, validation and counterfactuals run there."""
+        self.scaler: torch.amp.GradScaler | None = None
+        """This env's own loss scaler (fp16 only), new each episode: never shared with another
+        env or device, and an episode never inherits an earlier one's loss scale."""
         """This env's own loss scaler (fp16 only): never shared with another env or device."""
         self._seeds_created = 0  # over the env's lifetime, so seed ids are unique per env
 
@@ -176,6 +178,7 @@ class MorphogeneticEnv:
         for name in self.config.enabled_slots:
             self.model.slot(name)
         self._forward = compiled_forward(self.model, self.config.compile_backend)
+        self.scaler = torch.amp.GradScaler(self.config.device.type) if self.config.amp == "fp16" else None
         self.host_optimizer = self._make_optimizer(self.model.host_parameters(), self.config.task.host_lr)
         self.seed_optimizers: dict[str, torch.optim.Optimizer] = {}
         self.epoch = 0
@@ -185,6 +188,8 @@ class MorphogeneticEnv:
         self._started = time.perf_counter()
         self.tracker.reset()
         self.governor.reset()
+        if self.stream is not None:
+            self.stream.wait_stream(torch.cuda.current_stream(self.config.device))
         with self._on_stream():
             val = self._validate()
         measured = EpochMeasurements(val.loss, val.accuracy, val.loss, val.accuracy)
@@ -219,6 +224,10 @@ class MorphogeneticEnv:
         if self._open is not None:
             raise RuntimeError("begin_step() called twice without end_step()")
         self._check(decision)
+        if self.stream is not None:
+            # Snapshots, restores and allocations ran on the device's current stream: the env's
+            # stream must see them complete before it trains.
+            self.stream.wait_stream(torch.cuda.current_stream(self.config.device))
         self._epoch_before_step = self.epoch
         self.epoch += 1
         try:
@@ -493,7 +502,9 @@ class MorphogeneticEnv:
 
     # ----------------------------------------------------------------- helpers
     def _make_optimizer(self, params, lr: float) -> torch.optim.Optimizer:
-        opt = torch.optim.AdamW(params, lr=lr, weight_decay=self.config.task.weight_decay)
+        # Fused on CUDA: one kernel per step, and GradScaler steps it without a host-device sync.
+        fused = self.config.device.type == "cuda"
+        opt = torch.optim.AdamW(params, lr=lr, weight_decay=self.config.task.weight_decay, fused=fused)
         for group in opt.param_groups:
             group["base_lr"] = lr
         return opt

@@ -118,7 +118,12 @@ class TrainingEpoch:
         else:
             loss.backward()
         if self.seeded:
-            self.grad_sums += torch.stack([seed_gradient_norm(s.seed) for s in self.seeded])  # type: ignore[arg-type]
+            norms = torch.stack([seed_gradient_norm(s.seed) for s in self.seeded])  # type: ignore[arg-type]
+            if self.scaler is not None:
+                # An overflowing fp16 step is skipped by the scaler, not a diverging seed: it
+                # adds nothing to the norms (the epoch mean then slightly underestimates them).
+                norms = torch.where(torch.isfinite(norms), norms, torch.zeros_like(norms))
+            self.grad_sums += norms
         for opt in self.optimizers:
             if self.scaler is not None:
                 self.scaler.step(opt)
