@@ -126,85 +126,32 @@ class PPORun:
 
 # --------------------------------------------------------------------------- resolving arguments
 def resolve_ppo(args: argparse.Namespace, ctx: DistContext = SINGLE_PROCESS) -> PPORun:
-    """Validate every argument (and the checkpoint) before anything is written.
-
-    Under `torchrun` every rank resolves the same arguments; a CUDA `--device` means each
-    rank's own GPU (`cuda:LOCAL_RANK`)."""
+    """Validate every argument (and the checkpoint) before anything is written."""
+    resume_path = Path(args.resume) if args.resume is not None else None
+    resume = read_resume(resume_path) if resume_path is not None else None
     given = {k: getattr(args, k) for k in SETTINGS if getattr(args, k) is not None}
-    resume, resume_path, base = None, None, dict(DEFAULTS)
-    if args.resume is not None:
-        resume_path = Path(args.resume)
-        try:
-            resume = load_checkpoint(resume_path)
-            check_keys(resume_path, resume)
-        except CheckpointError as exc:
-            raise UsageError(str(exc)) from None
-        base.update(resume["settings"])
-    settings = {**base, **given}
-
+    settings = {**DEFAULTS, **(resume["settings"] if resume else {}), **given}
     task = resolve_task(settings["task"])
-    check_minimum("--episodes", settings["episodes"], 1)
-    check_minimum("--n-envs", settings["n_envs"], 1)
-    check_minimum("--seed", settings["seed"], 0)
-    if settings["seed"] + settings["episodes"] > MAX_SEED:
-        raise UsageError(f"--seed must be < {MAX_SEED - settings['episodes']}, got {settings['seed']}")
-    check_minimum("--max-seeds", settings["max_seeds"], 0)
-    check_minimum("--save-every", settings["save_every"], 1)
+    check_counts(settings)
     max_epochs = settings["max_epochs"] or task.max_epochs
     check_minimum("--max-epochs", max_epochs, 1)
-    if settings["reward_mode"] not in REWARD_MODES:
-        raise UsageError(f"unknown reward mode {settings['reward_mode']!r}; choose from: {' '.join(REWARD_MODES)}")
-    policy_device = resolve_device_arg(settings["device"])
-    if ctx.enabled and policy_device.type == "cuda":
-        policy_device = resolve_device_arg(f"cuda:{ctx.local_rank}")  # one GPU per rank
-    devices = [resolve_device_arg(d) for d in settings["devices"]] if settings["devices"] else [policy_device]
-    if len(devices) > settings["n_envs"]:
-        raise UsageError(
-            f"--devices names {len(devices)} devices but --n-envs is {settings['n_envs']}: every device needs an env"
-        )
-    amp = settings["amp"]
-    if amp is not None:
-        if amp not in PRECISIONS:
-            raise UsageError(f"unknown --amp precision {amp!r}; choose from: {' '.join(PRECISIONS)}")
-        not_cuda = sorted({str(d) for d in devices if d.type != "cuda"})
-        if not_cuda:
-            raise UsageError(
-                f"--amp {amp} is for CUDA hosts; the envs would run on {' '.join(not_cuda)} (drop --amp or use CUDA)"
-            )
+    policy_device, devices = resolve_devices(settings, ctx)
+    amp = resolve_amp(settings["amp"], devices)
     slots = resolve_slots(task, settings["slots"])
     blueprints = resolve_blueprints(task, settings["blueprints"], blueprint_names(task.topology))
-
-    reward, ppo = RewardConfig(mode=settings["reward_mode"]), PPOConfig()
+    config = trainer_config(settings, resume)
     if resume is not None:
-        # The saved hyperparameters, not today's defaults: a resumed run continues the same run.
-        saved = resume["trainer"]
-        reward = RewardConfig(**{**saved["reward"], "mode": settings["reward_mode"]})
-        ppo = PPOConfig(**saved["ppo"])
-    config = TrainerConfig(
-        episodes=settings["episodes"], n_envs=settings["n_envs"], seed=settings["seed"], reward=reward, ppo=ppo
-    )
-    if resume is not None:
-        done = int(resume["learner"]["episodes_done"])
-        if settings["episodes"] <= done:
-            raise UsageError(
-                f"--episodes {settings['episodes']} is already reached: the checkpoint has {done} episodes done"
-            )
-        layout, actions = spaces(task, slots, blueprints)
-        try:
-            check_compatible(resume_path, resume["spaces"], space_signature(layout, actions))  # type: ignore[arg-type]
-        except CheckpointError as exc:
-            raise UsageError(str(exc)) from None
-        config = dataclasses.replace(config, hidden=int(resume["trainer"]["hidden"]))
+        check_resumable(resume_path, resume, settings, task, slots, blueprints)  # type: ignore[arg-type]
     run_dir = resolve_run_dir(args.run_dir, task, resume, resume_path)
     data = load_task_data(task, settings["data_dir"])
     env = EnvConfig(
-        amp=amp,
-        compile_backend="inductor" if settings["compile"] else None,
         task=task,
         device=devices[0],
         max_epochs=max_epochs,
         enabled_slots=slots,
         max_seeds=settings["max_seeds"],
+        amp=amp,
+        compile_backend="inductor" if settings["compile"] else None,
     )
     return PPORun(
         settings,
@@ -221,6 +168,94 @@ def resolve_ppo(args: argparse.Namespace, ctx: DistContext = SINGLE_PROCESS) -> 
         args.quiet,
         ctx,
     )
+
+
+def read_resume(path: Path) -> dict[str, Any]:
+    try:
+        payload = load_checkpoint(path)
+        check_keys(path, payload)
+    except CheckpointError as exc:
+        raise UsageError(str(exc)) from None
+    return payload
+
+
+def check_counts(settings: dict[str, Any]) -> None:
+    check_minimum("--episodes", settings["episodes"], 1)
+    check_minimum("--n-envs", settings["n_envs"], 1)
+    check_minimum("--seed", settings["seed"], 0)
+    if settings["seed"] + settings["episodes"] > MAX_SEED:
+        raise UsageError(f"--seed must be < {MAX_SEED - settings['episodes']}, got {settings['seed']}")
+    check_minimum("--max-seeds", settings["max_seeds"], 0)
+    check_minimum("--save-every", settings["save_every"], 1)
+    if settings["reward_mode"] not in REWARD_MODES:
+        raise UsageError(f"unknown reward mode {settings['reward_mode']!r}; choose from: {' '.join(REWARD_MODES)}")
+
+
+def resolve_devices(settings: dict[str, Any], ctx: DistContext) -> tuple[torch.device, list[torch.device]]:
+    """The policy's device and the envs' devices. Under `torchrun` a CUDA `--device` means each
+    rank's own GPU (`cuda:LOCAL_RANK`)."""
+    policy_device = resolve_device_arg(settings["device"])
+    if ctx.enabled and policy_device.type == "cuda":
+        policy_device = resolve_device_arg(f"cuda:{ctx.local_rank}")
+    devices = [resolve_device_arg(d) for d in settings["devices"]] if settings["devices"] else [policy_device]
+    if len(devices) > settings["n_envs"]:
+        raise UsageError(
+            f"--devices names {len(devices)} devices but --n-envs is {settings['n_envs']}: every device needs an env"
+        )
+    return policy_device, devices
+
+
+def resolve_amp(amp: str | None, devices: list[torch.device]) -> str | None:
+    if amp is None:
+        return None
+    if amp not in PRECISIONS:
+        raise UsageError(f"unknown --amp precision {amp!r}; choose from: {' '.join(PRECISIONS)}")
+    not_cuda = sorted({str(d) for d in devices if d.type != "cuda"})
+    if not_cuda:
+        raise UsageError(
+            f"--amp {amp} is for CUDA hosts; the envs would run on {' '.join(not_cuda)} (drop --amp or use CUDA)"
+        )
+    return amp
+
+
+def trainer_config(settings: dict[str, Any], resume: dict[str, Any] | None) -> TrainerConfig:
+    """A new run takes today's defaults; a resumed one its saved hyperparameters (so it
+    continues the same run), with the reward mode as given."""
+    config = TrainerConfig(
+        episodes=settings["episodes"],
+        n_envs=settings["n_envs"],
+        seed=settings["seed"],
+        reward=RewardConfig(mode=settings["reward_mode"]),
+    )
+    if resume is None:
+        return config
+    saved = resume["trainer"]
+    return dataclasses.replace(
+        config,
+        hidden=int(saved["hidden"]),
+        reward=RewardConfig(**{**saved["reward"], "mode": settings["reward_mode"]}),
+        ppo=PPOConfig(**saved["ppo"]),
+    )
+
+
+def check_resumable(
+    path: Path,
+    resume: dict[str, Any],
+    settings: dict[str, Any],
+    task: TaskSpec,
+    slots: tuple[str, ...],
+    blueprints: tuple[str, ...],
+) -> None:
+    done = int(resume["learner"]["episodes_done"])
+    if settings["episodes"] <= done:
+        raise UsageError(
+            f"--episodes {settings['episodes']} is already reached: the checkpoint has {done} episodes done"
+        )
+    layout, actions = spaces(task, slots, blueprints)
+    try:
+        check_compatible(path, resume["spaces"], space_signature(layout, actions))
+    except CheckpointError as exc:
+        raise UsageError(str(exc)) from None
 
 
 CHECKPOINT_KEYS: dict[str, tuple[str, ...]] = {
@@ -314,57 +349,87 @@ def run_ppo(run: PPORun) -> dict[str, Any]:
     """Train to `--episodes`. Under `torchrun` every rank runs this; rank 0 alone writes the run
     directory and prints, and the others call the same collectives (metrics, checkpoints)."""
     main_rank = run.ctx.is_main
-    metrics_path = run.run_dir / "metrics.jsonl"
     if main_rank:
-        run.run_dir.mkdir(parents=True, exist_ok=True)
-        if run.resume is not None:
-            kept = metrics_rows_before(metrics_path, int(run.resume["learner"]["round"]))
-            metrics_path.write_text("".join(line + "\n" for line in kept))
+        prepare_run_dir(run)
     hub = TelemetryHub([JsonlBackend(run.run_dir / "events.jsonl")] if main_rank else [])
     quiet = run.quiet or not main_rank
+    started = time.perf_counter()
     try:
         setup, learner = build(run, hub.emit)
         remaining = run.config.episodes - learner.episodes_done
-        say = (lambda *a, **k: None) if quiet else tqdm.write
         if main_rank:
-            ranks = f" per rank x {run.ctx.world_size} ranks" if run.ctx.enabled else ""
-            print(
-                f"esper ppo: task {run.task.name}, {remaining} episode(s) to go of {run.config.episodes}, "
-                f"{run.config.n_envs} envs{ranks} x {run.env.max_epochs} epochs, "
-                f"slots {' '.join(run.env.enabled_slots)}, reward {run.config.reward.mode}, "
-                f"obs_dim {setup.layout.obs_dim}, heads {list(setup.actions.head_sizes)}, "
-                f"envs {envs_per_device(setup.envs)}, policy on {run.policy_device}, run dir {run.run_dir}"
-                + (f", resumed from {run.resume_path} (round {learner.round})" if run.resume_path else ""),
-                flush=True,
-            )
-        started = time.perf_counter()
+            print(start_line(run, setup, learner, remaining), flush=True)
         last_row: dict[str, float] = {}
-        steps_per_epoch = run.ctx.world_size
-        with tqdm(
-            total=remaining * run.env.max_epochs, unit="step", disable=quiet, file=sys.stderr, dynamic_ncols=True
-        ) as bar:
+        total = remaining * run.env.max_epochs
+        with tqdm(total=total, unit="step", disable=quiet, file=sys.stderr, dynamic_ncols=True) as bar:
             while learner.episodes_done < run.config.episodes:
-                last_row = run_round(setup, learner, on_epoch=lambda n: bar.update(n * steps_per_epoch))
-                final = learner.episodes_done >= run.config.episodes
-                save = learner.round % run.settings["save_every"] == 0 or final
-                payload = checkpoint_payload(run, setup, learner) if save else None  # a collective
-                if main_rank:
-                    with metrics_path.open("a", encoding="utf-8") as f:
-                        f.write(json.dumps(last_row, allow_nan=False) + "\n")
-                    if payload is not None:
-                        save_checkpoint(run.run_dir / "checkpoints" / f"round-{learner.round:04d}.pt", payload)
-                say(
-                    f"round {learner.round}: episodes {learner.episodes_done}/{run.config.episodes}  "
-                    f"return {last_row['charts/episodic_return']:+.3f}  "
-                    f"val_acc {last_row['charts/final_val_accuracy']:.2f}%  "
-                    f"explained_var {last_row['losses/explained_variance']:+.3f}  "
-                    f"entropy {last_row['losses/entropy']:.3f}  SPS {last_row['charts/SPS']:.2f}"
-                )
+                last_row = run_round(setup, learner, on_epoch=lambda n: bar.update(n * run.ctx.world_size))
+                record_round(run, setup, learner, last_row)
+                if not quiet:
+                    tqdm.write(round_line(run, learner, last_row))
     finally:
         hub.close()
     if not main_rank:
         return {}
-    summary = {
+    summary = run_summary(run, setup, learner, last_row, time.perf_counter() - started)
+    write_json_atomic(run.run_dir / "summary.json", summary)
+    print(
+        f"done: {learner.round} rounds, {learner.episodes_done} episodes; last round return "
+        f"{last_row['charts/episodic_return']:+.3f}, val accuracy {last_row['charts/final_val_accuracy']:.2f}%; "
+        f"summary in {run.run_dir / 'summary.json'}",
+        flush=True,
+    )
+    return summary
+
+
+def prepare_run_dir(run: PPORun) -> None:
+    """Create the run directory; a resumed run drops the metrics rows after its checkpoint."""
+    run.run_dir.mkdir(parents=True, exist_ok=True)
+    if run.resume is not None:
+        metrics_path = run.run_dir / "metrics.jsonl"
+        kept = metrics_rows_before(metrics_path, int(run.resume["learner"]["round"]))
+        metrics_path.write_text("".join(line + "\n" for line in kept))
+
+
+def record_round(run: PPORun, setup: Setup, learner: Learner, row: dict[str, float]) -> None:
+    """Append the round's metrics and, every `--save-every` rounds and after the last, save a
+    checkpoint. Building the checkpoint is a collective, so every rank calls this."""
+    final = learner.episodes_done >= run.config.episodes
+    save = learner.round % run.settings["save_every"] == 0 or final
+    payload = checkpoint_payload(run, setup, learner) if save else None
+    if not run.ctx.is_main:
+        return
+    with (run.run_dir / "metrics.jsonl").open("a", encoding="utf-8") as f:
+        f.write(json.dumps(row, allow_nan=False) + "\n")
+    if payload is not None:
+        save_checkpoint(run.run_dir / "checkpoints" / f"round-{learner.round:04d}.pt", payload)
+
+
+def start_line(run: PPORun, setup: Setup, learner: Learner, remaining: int) -> str:
+    ranks = f" per rank x {run.ctx.world_size} ranks" if run.ctx.enabled else ""
+    resumed = f", resumed from {run.resume_path} (round {learner.round})" if run.resume_path else ""
+    return (
+        f"esper ppo: task {run.task.name}, {remaining} episode(s) to go of {run.config.episodes}, "
+        f"{run.config.n_envs} envs{ranks} x {run.env.max_epochs} epochs, "
+        f"slots {' '.join(run.env.enabled_slots)}, reward {run.config.reward.mode}, "
+        f"obs_dim {setup.layout.obs_dim}, heads {list(setup.actions.head_sizes)}, "
+        f"envs {envs_per_device(setup.envs)}, policy on {run.policy_device}, run dir {run.run_dir}{resumed}"
+    )
+
+
+def round_line(run: PPORun, learner: Learner, row: dict[str, float]) -> str:
+    return (
+        f"round {learner.round}: episodes {learner.episodes_done}/{run.config.episodes}  "
+        f"return {row['charts/episodic_return']:+.3f}  val_acc {row['charts/final_val_accuracy']:.2f}%  "
+        f"explained_var {row['losses/explained_variance']:+.3f}  "
+        f"entropy {row['losses/entropy']:.3f}  SPS {row['charts/SPS']:.2f}"
+    )
+
+
+def run_summary(
+    run: PPORun, setup: Setup, learner: Learner, last_row: dict[str, float], seconds: float
+) -> dict[str, Any]:
+    return {
         "task": run.task.name,
         "controller": "ppo",
         "obs_dim": setup.layout.obs_dim,
@@ -375,7 +440,7 @@ def run_ppo(run: PPORun) -> dict[str, Any]:
         "global_step": learner.global_step,
         "final_round": last_row,
         "checkpoint": str(run.run_dir / "checkpoints" / f"round-{learner.round:04d}.pt"),
-        "seconds": time.perf_counter() - started,
+        "seconds": seconds,
         "settings": run.settings,
         "resolved": {
             "max_epochs": run.env.max_epochs,
@@ -388,14 +453,6 @@ def run_ppo(run: PPORun) -> dict[str, Any]:
         "trainer": run.config.to_json(),
         "torch": torch.__version__,
     }
-    write_json_atomic(run.run_dir / "summary.json", summary)
-    print(
-        f"done: {learner.round} rounds, {learner.episodes_done} episodes; last round return "
-        f"{last_row['charts/episodic_return']:+.3f}, val accuracy {last_row['charts/final_val_accuracy']:.2f}%; "
-        f"summary in {run.run_dir / 'summary.json'}",
-        flush=True,
-    )
-    return summary
 
 
 def distributed_context(args: argparse.Namespace) -> DistContext:
