@@ -14,8 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from esper.simic.advantages import compute_gae
-
-LSTMState = tuple[torch.Tensor, torch.Tensor]
+from esper.tamiyo.policy import LSTMState
 
 
 @dataclass(frozen=True)

@@ -42,9 +42,7 @@ from esper.simic.buffer import RolloutBuffer
 from esper.simic.normalizer import RunningMeanStd
 from esper.simic.ppo import PPOConfig, ppo_update
 from esper.simic.sampling import FactoredMasks, sample_factored
-from esper.tamiyo.policy import RecurrentPolicy
-
-LSTMState = tuple[torch.Tensor, torch.Tensor]
+from esper.tamiyo.policy import LSTMState, RecurrentPolicy
 
 FINAL_WINDOW = 20
 """`GymResult.final_mean_return` averages this many last completed episodes: enough to smooth

@@ -39,10 +39,9 @@ from esper.simic.ppo import PPOConfig, UpdateStats, ppo_update
 from esper.simic.rewards import RewardBreakdown, RewardConfig, RewardFunction
 from esper.simic.sampling import FactoredMasks, FactoredSample, sample_factored
 from esper.tamiyo import HEADS, ActionSpace, ObservationLayout, RecurrentPolicy, TrainingSignals
+from esper.tamiyo.policy import LSTMState
 from esper.tolaria.datasets import TaskData
 from esper.tolaria.environment import EnvConfig, MorphogeneticEnv, StepResult, seeded_init
-
-LSTMState = tuple[torch.Tensor, torch.Tensor]
 
 
 @dataclass(frozen=True)
