@@ -27,10 +27,9 @@ mean and variance (`RunningMeanStd`), rewards by the running spread of the disco
 
 from __future__ import annotations
 
-import contextlib
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import gymnasium
@@ -43,6 +42,7 @@ from esper.simic.normalizer import RunningMeanStd
 from esper.simic.ppo import PPOConfig, ppo_update
 from esper.simic.sampling import FactoredMasks, sample_factored
 from esper.tamiyo.policy import LSTMState, RecurrentPolicy
+from esper.tolaria.environment import seeded_init
 
 FINAL_WINDOW = 20
 """`GymResult.final_mean_return` averages this many last completed episodes: enough to smooth
@@ -108,14 +108,6 @@ def default_ppo(total_rounds: int) -> PPOConfig:
         max_grad_norm=0.5,
         target_kl=None,
     )
-
-
-@contextlib.contextmanager
-def seeded_torch(seed: int) -> Iterator[None]:
-    """Build modules from a private CPU RNG stream, leaving the caller's global RNG untouched."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        yield
 
 
 def make_vector_env(
@@ -209,7 +201,7 @@ def make_run(
     except ValueError:
         envs.close()
         raise
-    with seeded_torch(seed):
+    with seeded_init(seed):
         policy = RecurrentPolicy(obs_dim, codec.head_sizes, hidden, hidden)
     raw_obs, _ = envs.reset(seed=seed)
     return GymRun(
