@@ -12,7 +12,7 @@ import torch
 from esper.kasmina import CNNHost, TransformerHost
 from esper.tamiyo import TrainingSignals
 from esper.tolaria import DATA_DIR_ENV, EnvConfig, MorphogeneticEnv, TaskSpec, get_task
-from esper.tolaria.datasets import TokenData, load_shapes, pydoc_topics_bytes, split_tokens
+from esper.tolaria.datasets import ImageData, TokenData, load_shapes, pydoc_topics_bytes, split_tokens
 
 
 def enum_name(member: object) -> str:
@@ -46,21 +46,28 @@ def training_signals(slots, **overrides) -> TrainingSignals:
 def tiny_shapes_task() -> TaskSpec:
     return dataclasses.replace(
         get_task("shapes"),
-        build_host=lambda: CNNHost(width=4, depth=3),
-        load_data=lambda _: load_shapes(0, n_train=400, n_val=200, image_size=16, samples_per_epoch=None),
+        make_host=lambda width: CNNHost(width=width, depth=3),
+        host_width=4,
+        load_data=lambda _: tiny_shapes_data(),
         batch_size=50,
         max_epochs=6,
     )
 
 
+def tiny_shapes_data() -> ImageData:
+    data = load_shapes(0, n_train=400, n_val=200, n_test=200, image_size=16, samples_per_epoch=None)
+    return dataclasses.replace(data, calibration_size=200)
+
+
 def tiny_text_task() -> TaskSpec:
     def data(_):
-        train, val = split_tokens(pydoc_topics_bytes()[:60_000], val_fraction=0.2)
-        return TokenData(train, val, block_size=16, train_windows_per_epoch=128, max_val_windows=32)
+        train, val, test = split_tokens(pydoc_topics_bytes()[:60_000], val_fraction=0.2, test_fraction=0.1)
+        return TokenData(train, val, test, block_size=16, train_windows_per_epoch=128, max_eval_windows=32)
 
     return dataclasses.replace(
         get_task("pydoc"),
-        build_host=lambda: TransformerHost(block_size=16, d_model=32, n_layer=3, n_slots=3),
+        make_host=lambda width: TransformerHost(block_size=16, d_model=width, n_layer=3, n_slots=3),
+        host_width=32,
         load_data=data,
         batch_size=32,
         max_epochs=4,

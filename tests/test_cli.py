@@ -302,7 +302,10 @@ def test_subprocess_heuristic_run_on_default_task(tmp_path: Path) -> None:
     progress = [line for line in out if line.startswith("[episode 0 epoch")]
     assert [line.split("]")[0] for line in progress] == [f"[episode 0 epoch {e:>3}" for e in (1, 2, 3)]
     assert all("val_acc" in line for line in progress)
-    assert any(line.startswith("final val accuracy") for line in out)
+    assert any(line.startswith("final test accuracy") for line in out)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["splits"] == {"train": 50_000, "val": 2000, "test": 10_000}
+    assert 0.0 <= summary["final_test_accuracy"] <= 100.0
     assert sorted(p.name for p in run_dir.iterdir()) == ["events.jsonl", "summary.json"]
 
     summary = json.loads((run_dir / "summary.json").read_text())

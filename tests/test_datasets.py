@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 from pathlib import Path
 
@@ -24,7 +25,8 @@ from esper.tolaria.datasets import (
 )
 
 # --------------------------------------------------------------------------- CIFAR-10 fixtures
-IMAGES_PER_TRAIN_FILE = 3
+IMAGES_PER_TRAIN_FILE = 4
+SELECTION_IMAGES = 2  # the last tenth of the 20 training images
 IMAGES_IN_TEST_FILE = 4
 
 
@@ -77,7 +79,8 @@ def make_cifar_folder(parent: Path) -> Path:
 
 
 def expected_raw() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """What the folder written by `make_cifar_folder` holds, as (N, 3, 32, 32) and labels."""
+    """What the folder written by `make_cifar_folder` holds, as (N, 3, 32, 32) and labels: every
+    training image, then the test file's."""
     tx = np.concatenate([cifar_pixels(IMAGES_PER_TRAIN_FILE, 100 * (i + 1)) for i in range(5)])
     ty = [label for i in range(5) for label in cifar_labels(IMAGES_PER_TRAIN_FILE, 100 * (i + 1))]
     vx = cifar_pixels(IMAGES_IN_TEST_FILE, 7)
@@ -99,26 +102,34 @@ def cifar_root(tmp_path: Path) -> Path:
 def test_cifar10_loads_folder_or_parent(cifar_root: Path, which: str) -> None:
     data = load_cifar10(cifar_root if which == "folder" else cifar_root.parent)
     assert isinstance(data, ImageData)
-    assert data.train_x.shape == (5 * IMAGES_PER_TRAIN_FILE, 3, 32, 32)
-    assert data.val_x.shape == (IMAGES_IN_TEST_FILE, 3, 32, 32)
-    assert data.train_x.dtype == torch.float32 and data.val_x.dtype == torch.float32
-    assert data.train_y.dtype == torch.int64 and data.val_y.dtype == torch.int64
-    _, ty, _, vy = expected_raw()
-    assert data.train_y.tolist() == ty.tolist()  # data_batch_1..5 in order, labels in file order
-    assert data.val_y.tolist() == vy.tolist()
+    n_train = 5 * IMAGES_PER_TRAIN_FILE - SELECTION_IMAGES
+    assert data.split_sizes() == {"train": n_train, "val": SELECTION_IMAGES, "test": IMAGES_IN_TEST_FILE}
+    assert data.train_x.shape == (n_train, 3, 32, 32)
+    assert data.val_x.shape == (SELECTION_IMAGES, 3, 32, 32)
+    assert data.test_x.shape == (IMAGES_IN_TEST_FILE, 3, 32, 32)
+    for x in (data.train_x, data.val_x, data.test_x):
+        assert x.dtype == torch.float32
+    for y in (data.train_y, data.val_y, data.test_y):
+        assert y.dtype == torch.int64
+    _, ty, _, sy = expected_raw()
+    # data_batch_1..5 in order, labels in file order: the selection split is the last tenth of
+    # the training batches, and test_batch is the test split
+    assert data.train_y.tolist() == ty[:n_train].tolist()
+    assert data.val_y.tolist() == ty[n_train:].tolist()
+    assert data.test_y.tolist() == sy.tolist()
     assert data.num_classes == 10
     assert data.augment is True
 
 
 def test_cifar10_pixels_are_a_per_channel_affine_map_of_the_file(cifar_root: Path) -> None:
     data = load_cifar10(cifar_root)
-    raw_train, _, raw_val, _ = expected_raw()
-    raw = torch.cat([raw_train, raw_val])
-    got = torch.cat([data.train_x, data.val_x]).double()
+    raw_train, _, raw_test, _ = expected_raw()
+    raw = torch.cat([raw_train, raw_test])
+    got = torch.cat([data.train_x, data.val_x, data.test_x]).double()
     for c in range(3):
         r, z = raw[:, c].flatten(), got[:, c].flatten()
-        # least-squares fit z = a*r + b over train and validation together: train statistics
-        # must normalise both, and every pixel must sit exactly on the line
+        # least-squares fit z = a*r + b over all three splits together: train statistics
+        # must normalise every split, and every pixel must sit exactly on the line
         design = torch.stack([r, torch.ones_like(r)], dim=1)
         a, b = torch.linalg.lstsq(design, z[:, None]).solution.flatten()
         assert a > 0, f"channel {c} is not an increasing map of the stored channel"
@@ -236,47 +247,52 @@ def as_bytes(t: torch.Tensor) -> bytes:
 
 
 def test_text_folder_with_train_and_valid_files(tmp_path: Path) -> None:
-    train_text, val_text = tinystories_text(30), tinystories_text(8).replace("fox", "owl")
+    train_text, valid_text = tinystories_text(30), tinystories_text(8).replace("fox", "owl")
     (tmp_path / "TinyStoriesV2-GPT4-train.txt").write_text(train_text, encoding="utf-8")
-    (tmp_path / "TinyStoriesV2-GPT4-valid.txt").write_text(val_text, encoding="utf-8")
+    (tmp_path / "TinyStoriesV2-GPT4-valid.txt").write_text(valid_text, encoding="utf-8")
     (tmp_path / "README.md").write_text("not part of the corpus")
-    train, val = load_text_corpus(tmp_path, block_size=16, val_fraction=0.5)
-    assert train.dtype == torch.int64 and val.dtype == torch.int64
-    assert as_bytes(train) == train_text.encode()  # val_fraction is ignored when both files exist
-    assert as_bytes(val) == val_text.encode()
+    train, val, test = load_text_corpus(tmp_path, block_size=16, val_fraction=0.25, test_fraction=0.5)
+    assert train.dtype == val.dtype == test.dtype == torch.int64
+    # the official validation text is the test split; the selection split is the last quarter of
+    # the training text (test_fraction is ignored when both files exist)
+    cut = int(len(train_text.encode()) * 0.75)
+    assert as_bytes(train) == train_text.encode()[:cut]
+    assert as_bytes(val) == train_text.encode()[cut:]
+    assert as_bytes(test) == valid_text.encode()
 
 
 def test_text_folder_reads_utf8_bytes(tmp_path: Path) -> None:
     text = "Café naïve — 小狐狸 " * 20
     (tmp_path / "a-train.txt").write_text(text, encoding="utf-8")
     (tmp_path / "a-valid.txt").write_text(text, encoding="utf-8")
-    train, _ = load_text_corpus(tmp_path, block_size=8, val_fraction=0.1)
-    assert as_bytes(train) == text.encode("utf-8")
+    train, val, test = load_text_corpus(tmp_path, block_size=8, val_fraction=0.1, test_fraction=0.1)
+    assert as_bytes(train) + as_bytes(val) == as_bytes(test) == text.encode("utf-8")
     assert int(train.max()) > 127  # bytes, not characters
 
 
-def test_text_single_file_split_by_val_fraction(tmp_path: Path) -> None:
+def test_text_single_file_split_three_ways(tmp_path: Path) -> None:
     text = tinystories_text(20).encode()
     path = tmp_path / "corpus.txt"
     path.write_bytes(text)
-    train, val = load_text_corpus(path, block_size=16, val_fraction=0.25)
-    cut = int(len(text) * 0.75)
-    assert as_bytes(train) == text[:cut]
-    assert as_bytes(val) == text[cut:]
+    train, val, test = load_text_corpus(path, block_size=16, val_fraction=0.25, test_fraction=0.15)
+    val_start, test_start = int(len(text) * 0.6), int(len(text) * 0.85)
+    assert as_bytes(train) == text[:val_start]
+    assert as_bytes(val) == text[val_start:test_start]
+    assert as_bytes(test) == text[test_start:]
 
 
 def test_text_folder_with_exactly_one_txt(tmp_path: Path) -> None:
     text = tinystories_text(20).encode()
     (tmp_path / "stories.txt").write_bytes(text)
     (tmp_path / "notes.md").write_text("ignored")
-    train, val = load_text_corpus(tmp_path, block_size=16, val_fraction=0.1)
-    assert as_bytes(train) + as_bytes(val) == text
-    assert val.numel() == len(text) - int(len(text) * 0.9)
+    train, val, test = load_text_corpus(tmp_path, block_size=16, val_fraction=0.1, test_fraction=0.1)
+    assert as_bytes(train) + as_bytes(val) + as_bytes(test) == text
+    assert test.numel() == len(text) - int(len(text) * 0.9)
 
 
 def test_text_missing_path(tmp_path: Path) -> None:
     with pytest.raises(DatasetError, match="no_such_corpus"):
-        load_text_corpus(tmp_path / "no_such_corpus", block_size=16, val_fraction=0.1)
+        load_text_corpus(tmp_path / "no_such_corpus", block_size=16, val_fraction=0.1, test_fraction=0.1)
 
 
 def test_text_not_utf8(tmp_path: Path) -> None:
@@ -284,7 +300,7 @@ def test_text_not_utf8(tmp_path: Path) -> None:
     bad = tmp_path / "x-valid.txt"
     bad.write_bytes(tinystories_text(10).encode() + b"\xff\xfe broken")
     with pytest.raises(DatasetError) as info:
-        load_text_corpus(tmp_path, block_size=16, val_fraction=0.1)
+        load_text_corpus(tmp_path, block_size=16, val_fraction=0.1, test_fraction=0.1)
     assert str(bad) in str(info.value)
     assert "UTF-8" in str(info.value)
 
@@ -293,7 +309,7 @@ def test_text_nul_bytes(tmp_path: Path) -> None:
     path = tmp_path / "binary.txt"
     path.write_bytes(tinystories_text(10).encode() + b"\x00\x00\x00")
     with pytest.raises(DatasetError) as info:
-        load_text_corpus(path, block_size=16, val_fraction=0.1)
+        load_text_corpus(path, block_size=16, val_fraction=0.1, test_fraction=0.1)
     assert str(path) in str(info.value)
     assert "NUL" in str(info.value)
 
@@ -305,50 +321,52 @@ def test_text_too_short(tmp_path: Path, short: str) -> None:
     (tmp_path / "s-train.txt").write_text(short_text if short == "train" else long_text)
     (tmp_path / "s-valid.txt").write_text(short_text if short == "valid" else long_text)
     with pytest.raises(DatasetError, match="too short") as info:
-        load_text_corpus(tmp_path, block_size=block, val_fraction=0.1)
+        load_text_corpus(tmp_path, block_size=block, val_fraction=0.1, test_fraction=0.1)
     assert str(tmp_path) in str(info.value)
 
 
 def test_text_exactly_long_enough(tmp_path: Path) -> None:
     block = 32
-    (tmp_path / "s-train.txt").write_text("y" * (2 * (block + 1)))
+    (tmp_path / "s-train.txt").write_text("y" * (20 * (block + 1)))
     (tmp_path / "s-valid.txt").write_text("z" * (2 * (block + 1)))
-    train, val = load_text_corpus(tmp_path, block_size=block, val_fraction=0.1)
-    assert train.numel() == val.numel() == 2 * (block + 1)
+    _, val, test = load_text_corpus(tmp_path, block_size=block, val_fraction=0.1, test_fraction=0.1)
+    assert val.numel() == test.numel() == 2 * (block + 1)  # the selection split: a tenth of the training text
 
 
 def test_text_single_file_too_short_after_split(tmp_path: Path) -> None:
     path = tmp_path / "small.txt"
-    path.write_text("a" * 200)  # 180 training bytes, but only 20 for validation
-    with pytest.raises(DatasetError, match="validation"):
-        load_text_corpus(path, block_size=16, val_fraction=0.1)
+    path.write_text("a" * 200)  # 160 training bytes, but only 20 for selection and 20 for test
+    with pytest.raises(DatasetError, match="selection"):
+        load_text_corpus(path, block_size=16, val_fraction=0.1, test_fraction=0.1)
 
 
 def test_text_folder_with_several_txt_but_no_pair(tmp_path: Path) -> None:
     for name in ("one.txt", "two.txt", "only-train.txt"):
         (tmp_path / name).write_text(tinystories_text(10))
     with pytest.raises(DatasetError) as info:
-        load_text_corpus(tmp_path, block_size=16, val_fraction=0.1)
+        load_text_corpus(tmp_path, block_size=16, val_fraction=0.1, test_fraction=0.1)
     message = str(info.value)
     assert str(tmp_path) in message and "3 .txt" in message
 
 
 def test_text_empty_folder(tmp_path: Path) -> None:
     with pytest.raises(DatasetError, match=r"found 0 \.txt"):
-        load_text_corpus(tmp_path, block_size=16, val_fraction=0.1)
+        load_text_corpus(tmp_path, block_size=16, val_fraction=0.1, test_fraction=0.1)
 
 
 # --------------------------------------------------------------------------- TokenData
 def counting_token_data(
     n_train: int = 500, n_val: int = 300, block: int = 8, windows: int = 40, max_val: int = 1000
 ) -> TokenData:
-    """Tokens equal to their position, so a window's start and contiguity are visible."""
+    """Tokens equal to their position (the test split offset by 10,000), so a window's start,
+    contiguity and split are visible."""
     return TokenData(
         torch.arange(n_train),
         torch.arange(n_val),
+        torch.arange(n_val) + 10_000,
         block_size=block,
         train_windows_per_epoch=windows,
-        max_val_windows=max_val,
+        max_eval_windows=max_val,
     )
 
 
@@ -377,8 +395,8 @@ def test_token_train_batches_deterministic_given_generator() -> None:
 def test_token_train_batches_on_real_bytes(tmp_path: Path) -> None:
     text = tinystories_text(40).encode()
     (tmp_path / "corpus.txt").write_bytes(text)
-    train, val = load_text_corpus(tmp_path / "corpus.txt", block_size=16, val_fraction=0.1)
-    data = TokenData(train, val, block_size=16, train_windows_per_epoch=12, max_val_windows=50)
+    train, val, test = load_text_corpus(tmp_path / "corpus.txt", block_size=16, val_fraction=0.1, test_fraction=0.1)
+    data = TokenData(train, val, test, block_size=16, train_windows_per_epoch=12, max_eval_windows=50)
     train_bytes = as_bytes(train)
     for x, y in data.train_batches(4, torch.Generator().manual_seed(1)):
         for row_x, row_y in zip(x, y, strict=True):
@@ -401,10 +419,14 @@ def test_token_val_batches_consecutive_and_deterministic() -> None:
     assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(batches, again, strict=True))
 
 
-def test_token_val_batches_capped_by_max_val_windows() -> None:
+def test_token_eval_batches_capped_by_max_eval_windows() -> None:
     data = counting_token_data(n_val=300, block=8, max_val=5)
     xs = torch.cat([x for x, _ in data.val_batches(4)])
     assert torch.equal(xs.flatten(), torch.arange(40))
+    test = torch.cat([x for x, _ in data.test_batches(4)])
+    assert torch.equal(test.flatten(), torch.arange(40) + 10_000)
+    calibration = torch.cat([x for x, _ in data.calibration_batches(4)])
+    assert torch.equal(calibration.flatten(), torch.arange(40))  # the start of the training split
 
 
 # --------------------------------------------------------------------------- procedural shapes
@@ -437,6 +459,8 @@ def indexed_images(n: int, augment: bool = False, samples_per_epoch: int | None 
         y,
         x[:4].clone(),
         y[:4].clone(),
+        x[4:8].clone(),
+        y[4:8].clone(),
         num_classes=n,
         augment=augment,
         samples_per_epoch=samples_per_epoch,
@@ -479,13 +503,32 @@ def test_image_train_batches_deterministic_given_generator() -> None:
     assert not all(torch.equal(ya, yc) for (_, ya), (_, yc) in zip(a, c, strict=True))
 
 
-def test_image_val_batches_cover_validation_in_order() -> None:
+@pytest.mark.parametrize("split", ["val", "test"])
+def test_image_eval_batches_cover_their_split_in_order(split: str) -> None:
     x, y = procedural_shapes(23, seed=1)
-    data = ImageData(x, y, x, y, num_classes=10, augment=False)
-    batches = list(data.val_batches(10))
+    other_x, other_y = procedural_shapes(7, seed=2)
+    splits = (x, y, other_x, other_y) if split == "val" else (other_x, other_y, x, y)
+    data = ImageData(other_x, other_y, *splits, num_classes=10, augment=False)
+    batches = list(getattr(data, f"{split}_batches")(10))
     assert [b[0].shape[0] for b in batches] == [10, 10, 3]
     assert torch.equal(torch.cat([b[0] for b in batches]), x)
     assert torch.equal(torch.cat([b[1] for b in batches]), y)
+
+
+def test_image_calibration_batches_are_the_first_training_images_unaugmented() -> None:
+    data = dataclasses.replace(indexed_images(50, augment=True), calibration_size=23)
+    batches = list(data.calibration_batches(10))
+    assert [x.shape[0] for x, _ in batches] == [10, 10, 3]
+    assert torch.equal(torch.cat([x for x, _ in batches]), data.train_x[:23])  # not cropped or flipped
+    assert torch.equal(torch.cat([y for _, y in batches]), torch.arange(23))
+
+
+def test_shapes_task_has_three_disjoint_splits() -> None:
+    data = get_task("shapes").load_data(None)
+    assert data.split_sizes() == {"train": 50_000, "val": 2000, "test": 10_000}
+    # drawn from different generator streams: no test image is a copy of a selection image
+    assert not torch.equal(data.val_x[:100], data.test_x[:100])
+    assert torch.cdist(data.test_x[:200].flatten(1), data.val_x.flatten(1)).min() > 1.0
 
 
 # --------------------------------------------------------------------------- augmentation
@@ -595,4 +638,4 @@ def test_unreadable_text_path_is_a_dataset_error(tmp_path: Path, monkeypatch: py
     locked.write_text("hello " * 100)
     _deny(monkeypatch, "is_file", locked)
     with pytest.raises(DatasetError, match="Permission denied"):
-        load_text_corpus(locked, block_size=8, val_fraction=0.1)
+        load_text_corpus(locked, block_size=8, val_fraction=0.1, test_fraction=0.1)

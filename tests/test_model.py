@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
+from torch.optim.swa_utils import update_bn
 
 from esper.kasmina import (
     BLUEPRINTS,
@@ -16,7 +19,7 @@ from esper.kasmina import (
 )
 from esper.kasmina.isolation import straight_through
 from esper.leyline import BlendSchedule, GateThresholds, SeedStage
-from esper.tolaria.training import validate
+from esper.tolaria.training import recalibrate_batchnorm, validate
 
 
 def cnn_model(seed: int = 0, width: int = 4) -> MorphogeneticModel:
@@ -188,30 +191,65 @@ def test_counterfactual_override_equals_model_with_slot_emptied(slot: str) -> No
     assert model.slot(slot).seed is not None  # the override mutated nothing
 
 
-def test_fused_validation_equals_separate_passes() -> None:
+def three_blended_seeds() -> MorphogeneticModel:
     model = cnn_model()
     for name in ("early", "mid", "late"):
         advance_to(model, name, SeedStage.BLENDING if name == "mid" else SeedStage.PROBATIONARY, "conv_light")
+    return model
+
+
+def recalibrated_copy(model: MorphogeneticModel, calibration, culled: str | None) -> MorphogeneticModel:
+    """The naive arm: a copy of the model, the seed culled for an ablated arm, whose BatchNorm
+    statistics PyTorch's own `update_bn` recomputes."""
+    arm = copy.deepcopy(model)
+    if culled is not None:
+        arm.slot(culled).cull()
+    update_bn(calibration, arm)
+    return arm.eval()
+
+
+def test_fused_counterfactual_equals_recalibrated_copies() -> None:
+    """Each arm of the fused pass (shared prefixes, statistics as a forward argument) computes
+    exactly what a recalibrated copy of its own network computes."""
+    model = three_blended_seeds()
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(30, 3, 16, 16, generator=g)
+    calibration = [(torch.randn(80, 3, 16, 16, generator=g) * 2 + 0.5, torch.zeros(80, dtype=torch.long))]
+    names = model.blended_slots()
+    assert names == ("early", "mid", "late")
+    arm_stats = recalibrate_batchnorm(model, calibration, names)
+    with torch.no_grad():
+        out, ablated = model.forward_with_ablations(x, names, ablated_batchnorm_stats=arm_stats)
+        torch.testing.assert_close(out, recalibrated_copy(model, calibration, None)(x))
+        for name in names:
+            naive = recalibrated_copy(model, calibration, name)(x)
+            torch.testing.assert_close(ablated[name], naive)
+            torch.testing.assert_close(model(x, {name: 0.0}, arm_stats[name]), naive)
+            if name != "late":  # BatchNorm downstream: the model's own statistics are stale for this arm
+                assert (model(x, {name: 0.0}) - naive).abs().max() > 0.1
+
+
+def test_fused_validation_equals_separate_passes() -> None:
+    model = three_blended_seeds()
     g = torch.Generator().manual_seed(1)
     xs = torch.randn(60, 3, 16, 16, generator=g)
     ys = torch.randint(0, 10, (60,), generator=g)
     batches = [(xs[i : i + 25], ys[i : i + 25]) for i in range(0, 60, 25)]
+    calibration = [(torch.randn(80, 3, 16, 16, generator=g) * 2 + 0.5, torch.zeros(80, dtype=torch.long))]
     names = model.blended_slots()
-    assert names == ("early", "mid", "late")
-    fused = validate(model, batches, names)
+    fused = validate(model, batches, names, calibration=calibration)
 
-    model.eval()
-    with torch.no_grad():
+    def accuracy(culled: str | None) -> float:
+        arm = recalibrated_copy(model, calibration, culled)
+        with torch.no_grad():
+            correct = sum((arm(x).argmax(1) == y).sum().item() for x, y in batches)
+        return 100.0 * correct / 60
 
-        def accuracy(overrides):
-            correct = sum((model(x, overrides).argmax(1) == y).sum().item() for x, y in batches)
-            return 100.0 * correct / 60
-
-        plain = accuracy(None)
-        for name in names:
-            assert fused.ablated_accuracy[name] == pytest.approx(accuracy({name: 0.0}))
-            assert fused.contribution(name) == pytest.approx(plain - accuracy({name: 0.0}))
+    plain = accuracy(None)
     assert fused.accuracy == pytest.approx(plain)
+    for name in names:
+        assert fused.ablated_accuracy[name] == pytest.approx(accuracy(name))
+        assert fused.contribution(name) == pytest.approx(plain - accuracy(name))
 
 
 def test_transformer_counterfactual_and_causality() -> None:

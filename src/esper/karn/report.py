@@ -35,12 +35,19 @@ def write_json_atomic(path: Path, obj: Any) -> None:
 
 
 def episode_summary(
-    task: str, controller: str, slot_names: Sequence[str], outcomes: Sequence[EpisodeOutcome], config: dict[str, Any]
+    task: str,
+    controller: str,
+    slot_names: Sequence[str],
+    outcomes: Sequence[EpisodeOutcome],
+    splits: dict[str, int],
+    config: dict[str, Any],
 ) -> dict[str, Any]:
     """Summary of a run of one or more episodes.
 
-    `final_val_accuracy` and `seed_params` are means over episodes (exact for one episode);
-    `slots` lists, for each slot in host order, every seed it held in any episode.
+    `final_test_accuracy` (the test split, read only after each episode), `final_val_accuracy`
+    (the selection split every decision read) and `seed_params` are means over episodes (exact
+    for one episode); `splits` gives the size of each split; `slots` lists, for each slot in
+    host order, every seed it held in any episode.
     """
     if not outcomes:
         raise ValueError("a summary needs at least one finished episode")
@@ -52,6 +59,9 @@ def episode_summary(
         "task": task,
         "controller": controller,
         "episodes": len(outcomes),
+        "splits": splits,
+        "final_test_accuracy": fmean(o.final_test_accuracy for o in outcomes),
+        "final_test_accuracy_per_episode": [o.final_test_accuracy for o in outcomes],
         "final_val_accuracy": fmean(o.final_val_accuracy for o in outcomes),
         "final_val_accuracy_per_episode": [o.final_val_accuracy for o in outcomes],
         "host_params": outcomes[0].host_params,

@@ -6,10 +6,33 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 import torch
 from torch import nn
+from torch.func import functional_call
+from torch.nn.modules.batchnorm import _BatchNorm
 
 from esper.kasmina.hosts import Host
 from esper.kasmina.slot import SeedSlot
 from esper.leyline import GateThresholds, SlotId
+
+SEGMENTS = "host.segments"
+SLOTS = "slots"
+
+BatchNormStats = Mapping[str, torch.Tensor]
+"""Running statistics of some BatchNorm layers of a model, by qualified buffer name
+(`host.segments.2.0.running_mean`, `slots.mid.seed.1.running_var`). A forward argument, like
+the alpha overrides: a counterfactual arm is measured with the statistics of its own network
+without any module being changed."""
+
+
+def _stats_by_part(stats: BatchNormStats | None) -> dict[str, dict[str, torch.Tensor]]:
+    """Group qualified buffer names by the segment or slot they live in, with local names."""
+    parts: dict[str, dict[str, torch.Tensor]] = {}
+    for name, tensor in (stats or {}).items():
+        depth = 3 if name.startswith(SEGMENTS + ".") else 2  # host.segments.N.rest or slots.NAME.rest
+        pieces = name.split(".", depth)
+        if len(pieces) <= depth:
+            raise ValueError(f"{name!r} is not a buffer inside a host segment or a slot")
+        parts.setdefault(".".join(pieces[:depth]), {})[pieces[depth]] = tensor
+    return parts
 
 
 class MorphogeneticModel(nn.Module):
@@ -47,26 +70,47 @@ class MorphogeneticModel(nn.Module):
             yield self.slots[sid.name]  # type: ignore[misc]
 
     # ----------------------------------------------------------------- forward passes
-    def forward(self, x: torch.Tensor, alpha_overrides: Mapping[str, float] | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        alpha_overrides: Mapping[str, float] | None = None,
+        batchnorm_stats: BatchNormStats | None = None,
+    ) -> torch.Tensor:
+        """`alpha_overrides` replaces slots' alphas; `batchnorm_stats` replaces the running
+        statistics of the BatchNorm layers it names. Neither touches any module state."""
         overrides = self._check_overrides(alpha_overrides)
-        return self._run_from(0, self.host.segments[0](x), overrides)
+        parts = _stats_by_part(batchnorm_stats)
+        return self._run_from(0, self._part(f"{SEGMENTS}.0", self.host.segments[0], parts, x), overrides, parts)
 
     def forward_with_ablations(
-        self, x: torch.Tensor, ablate: Sequence[str]
+        self,
+        x: torch.Tensor,
+        ablate: Sequence[str],
+        batchnorm_stats: BatchNormStats | None = None,
+        ablated_batchnorm_stats: Mapping[str, BatchNormStats] | None = None,
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The normal output and, for each slot in `ablate`, the output with that slot's alpha at 0.
 
         The host activations entering an ablated slot are computed once by the normal pass and
         reused: each ablation only reruns the network from its slot onward, through the same
-        `_run_from` as `forward`, so it equals `forward(x, {slot: 0.0})` exactly.
+        `_run_from` as `forward`, so it equals
+        `forward(x, {slot: 0.0}, ablated_batchnorm_stats[slot])` exactly (the prefix a slot's
+        ablation shares runs with `batchnorm_stats`). Each ablated arm's BatchNorm layers
+        downstream of its slot read that arm's own statistics, when given.
         """
         index = {sid.name: sid.index for sid in self.slot_ids}
         for name in ablate:
             self.slot(name)
+        arm_stats = ablated_batchnorm_stats or {}
+        parts = _stats_by_part(batchnorm_stats)
         captured: dict[int, torch.Tensor] = {}
         capture_at = {index[name] for name in ablate}
-        out = self._run_from(0, self.host.segments[0](x), {}, capture_at, captured)
-        ablated = {name: self._run_from(index[name], captured[index[name]], {name: 0.0}) for name in ablate}
+        h = self._part(f"{SEGMENTS}.0", self.host.segments[0], parts, x)
+        out = self._run_from(0, h, {}, parts, capture_at, captured)
+        ablated = {
+            name: self._run_from(index[name], captured[index[name]], {name: 0.0}, _stats_by_part(arm_stats.get(name)))
+            for name in ablate
+        }
         return out, ablated
 
     def _run_from(
@@ -74,6 +118,7 @@ class MorphogeneticModel(nn.Module):
         start: int,
         h: torch.Tensor,
         overrides: Mapping[str, float],
+        parts: Mapping[str, dict[str, torch.Tensor]],
         capture_at: set[int] | None = None,
         captured: dict[int, torch.Tensor] | None = None,
     ) -> torch.Tensor:
@@ -82,9 +127,15 @@ class MorphogeneticModel(nn.Module):
         for sid in self.slot_ids[start:]:
             if capture_at and sid.index in capture_at and captured is not None:
                 captured[sid.index] = h
-            h = self.slots[sid.name](h, overrides.get(sid.name))
-            h = segments[sid.index + 1](h)
+            h = self._part(f"{SLOTS}.{sid.name}", self.slots[sid.name], parts, h, overrides.get(sid.name))
+            h = self._part(f"{SEGMENTS}.{sid.index + 1}", segments[sid.index + 1], parts, h)
         return h
+
+    @staticmethod
+    def _part(prefix: str, module: nn.Module, parts: Mapping[str, dict[str, torch.Tensor]], *args) -> torch.Tensor:
+        """Call one segment or slot, with the BatchNorm statistics given for it, if any."""
+        stats = parts.get(prefix)
+        return module(*args) if not stats else functional_call(module, stats, args)
 
     def _check_overrides(self, overrides: Mapping[str, float] | None) -> Mapping[str, float]:
         if not overrides:
@@ -104,6 +155,24 @@ class MorphogeneticModel(nn.Module):
 
     def seed_param_count(self) -> int:
         return sum(slot.param_count() for slot in self.ordered_slots())
+
+    def batchnorm_layers(self, after_slot: str | None = None) -> dict[str, _BatchNorm]:
+        """BatchNorm layers with running statistics that an inference forward runs, by qualified
+        name in forward order: the host's and those of blended seeds. With `after_slot`, only
+        those downstream of that slot: the ones whose input changes when its seed is ablated."""
+        first = 0 if after_slot is None else self.slot(after_slot).slot_id.index + 1
+        blended = set(self.blended_slots())
+        parts: list[tuple[str, nn.Module]] = [(f"{SEGMENTS}.{first}", self.host.segments[first])]
+        for sid in self.slot_ids[first:]:
+            if sid.name in blended:
+                parts.append((f"{SLOTS}.{sid.name}", self.slots[sid.name]))
+            parts.append((f"{SEGMENTS}.{sid.index + 1}", self.host.segments[sid.index + 1]))
+        return {
+            f"{prefix}.{name}": module
+            for prefix, part in parts
+            for name, module in part.named_modules()
+            if isinstance(module, _BatchNorm) and module.track_running_stats
+        }
 
     def blended_slots(self) -> tuple[str, ...]:
         """Slots whose seed currently contributes to the output (alpha > 0), in host order."""

@@ -79,7 +79,8 @@ def format_event(event: Event) -> str | None:
         return f"{where} governor rollback: {d['reason']}"
     if event.kind == "episode_end":
         return (
-            f"[episode {event.episode}] done: final val_acc {d['final_val_accuracy']:.2f}% "
+            f"[episode {event.episode}] done: test_acc {d['final_test_accuracy']:.2f}% "
+            f"(val_acc {d['final_val_accuracy']:.2f}%), "
             f"host {d['host_params']:,} + seeds {d['seed_params']:,} params, {d['seconds']:.1f}s"
         )
     return None

@@ -142,6 +142,7 @@ def run_heuristic(run: HeuristicRun) -> dict:
         "heuristic",
         slot_names,
         outcomes,
+        run.data.split_sizes(),
         {
             "task": run.task.name,
             "episodes": run.episodes,
@@ -156,8 +157,8 @@ def run_heuristic(run: HeuristicRun) -> dict:
     )
     write_json_atomic(run.run_dir / "summary.json", summary)
     print(
-        f"final val accuracy {summary['final_val_accuracy']:.2f}% (mean of {len(outcomes)}); "
-        f"summary in {run.run_dir / 'summary.json'}",
+        f"final test accuracy {summary['final_test_accuracy']:.2f}%, selection (val) accuracy "
+        f"{summary['final_val_accuracy']:.2f}% (means of {len(outcomes)}); summary in {run.run_dir / 'summary.json'}",
         flush=True,
     )
     return summary

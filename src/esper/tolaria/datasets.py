@@ -41,26 +41,42 @@ R = TypeVar("R")
 
 
 # --------------------------------------------------------------------------- containers
+SPLITS: tuple[str, ...] = ("train", "val", "test")
+"""Every task has three splits. `train` trains the host (and calibrates its BatchNorm
+statistics); `val` is the selection split, the only one any decision reads (gates, controllers,
+governor, reward, observation); `test` is read once at the end of an episode, to report."""
+
+
 @dataclass
 class ImageData:
-    """Images as float (N, C, H, W), already normalised; labels int64 (N,)."""
+    """Images as float (N, C, H, W), already normalised; labels int64 (N,). Three splits."""
 
     train_x: torch.Tensor
     train_y: torch.Tensor
     val_x: torch.Tensor
     val_y: torch.Tensor
+    test_x: torch.Tensor
+    test_y: torch.Tensor
     num_classes: int
     augment: bool  # random crop (pad 2 px per 16 px of side) and horizontal flip, CIFAR style
     samples_per_epoch: int | None = None
     """Draw this many training images per epoch from the pool; None means one full pass."""
+    calibration_size: int = 2000
+    """Training images (the first of the split, not augmented) on which BatchNorm statistics are
+    recomputed before each validation."""
 
     def to(self, device: torch.device) -> ImageData:
+        tensors = (self.train_x, self.train_y, self.val_x, self.val_y, self.test_x, self.test_y)
         return ImageData(
-            *(t.to(device) for t in (self.train_x, self.train_y, self.val_x, self.val_y)),
+            *(t.to(device) for t in tensors),
             self.num_classes,
             self.augment,
             self.samples_per_epoch,
+            self.calibration_size,
         )
+
+    def split_sizes(self) -> dict[str, int]:
+        return {"train": self.train_x.shape[0], "val": self.val_x.shape[0], "test": self.test_x.shape[0]}
 
     def train_batches(self, batch_size: int, generator: torch.Generator) -> Iterator[Batch]:
         """One epoch of shuffled batches. `generator` lives on the CPU; indices move to the data."""
@@ -73,29 +89,47 @@ class ImageData:
                 x = random_crop_flip(x, pad=max(1, x.shape[-1] // 8), generator=generator)
             yield x, self.train_y[idx]
 
+    def calibration_batches(self, batch_size: int) -> Iterator[Batch]:
+        return _in_order(self.train_x[: self.calibration_size], self.train_y[: self.calibration_size], batch_size)
+
     def val_batches(self, batch_size: int) -> Iterator[Batch]:
-        for start in range(0, self.val_x.shape[0], batch_size):
-            yield self.val_x[start : start + batch_size], self.val_y[start : start + batch_size]
+        return _in_order(self.val_x, self.val_y, batch_size)
+
+    def test_batches(self, batch_size: int) -> Iterator[Batch]:
+        return _in_order(self.test_x, self.test_y, batch_size)
+
+
+def _in_order(x: torch.Tensor, y: torch.Tensor, batch_size: int) -> Iterator[Batch]:
+    for start in range(0, x.shape[0], batch_size):
+        yield x[start : start + batch_size], y[start : start + batch_size]
 
 
 @dataclass
 class TokenData:
-    """A byte stream split into train and validation tokens (int64)."""
+    """A byte stream in three splits of tokens (int64)."""
 
     train_tokens: torch.Tensor
     val_tokens: torch.Tensor
+    test_tokens: torch.Tensor
     block_size: int
     train_windows_per_epoch: int
-    max_val_windows: int
+    max_eval_windows: int
+    """At most this many windows of the validation and test splits are read, and of the start of
+    the training split for BatchNorm calibration."""
 
     def to(self, device: torch.device) -> TokenData:
         return TokenData(
             self.train_tokens.to(device),
             self.val_tokens.to(device),
+            self.test_tokens.to(device),
             self.block_size,
             self.train_windows_per_epoch,
-            self.max_val_windows,
+            self.max_eval_windows,
         )
+
+    def split_sizes(self) -> dict[str, int]:
+        """Tokens in each split."""
+        return {"train": self.train_tokens.numel(), "val": self.val_tokens.numel(), "test": self.test_tokens.numel()}
 
     def train_batches(self, batch_size: int, generator: torch.Generator) -> Iterator[Batch]:
         """`train_windows_per_epoch` random windows, as (inputs, next-byte targets)."""
@@ -107,15 +141,23 @@ class TokenData:
             windows = self.train_tokens[starts[b : b + batch_size, None] + offsets]
             yield windows[:, :-1], windows[:, 1:]
 
+    def calibration_batches(self, batch_size: int) -> Iterator[Batch]:
+        return self._windows(self.train_tokens, batch_size)
+
     def val_batches(self, batch_size: int) -> Iterator[Batch]:
-        """Consecutive non-overlapping windows from the start of the validation split."""
+        return self._windows(self.val_tokens, batch_size)
+
+    def test_batches(self, batch_size: int) -> Iterator[Batch]:
+        return self._windows(self.test_tokens, batch_size)
+
+    def _windows(self, tokens: torch.Tensor, batch_size: int) -> Iterator[Batch]:
+        """Consecutive non-overlapping windows from the start of `tokens`."""
         t = self.block_size
-        n = min((self.val_tokens.shape[0] - 1) // t, self.max_val_windows)
-        windows = self.val_tokens[: n * t + 1]
+        n = min((tokens.shape[0] - 1) // t, self.max_eval_windows)
+        windows = tokens[: n * t + 1]
         xs = windows[:-1].view(n, t)
         ys = windows[1:].view(n, t)
-        for start in range(0, n, batch_size):
-            yield xs[start : start + batch_size], ys[start : start + batch_size]
+        return _in_order(xs, ys, batch_size)
 
 
 TaskData = ImageData | TokenData
@@ -248,15 +290,19 @@ def procedural_shapes(
 
 
 @functools.lru_cache(maxsize=4)
-def load_shapes(seed: int, n_train: int, n_val: int, image_size: int, samples_per_epoch: int | None) -> ImageData:
-    """A training pool and a validation set from disjoint generator streams of the same seed.
-
-    Cached per process: the tensors are never modified in place, so every env can share them.
-    """
-    tx, ty = procedural_shapes(n_train, seed=2 * seed, image_size=image_size)
-    vx, vy = procedural_shapes(n_val, seed=2 * seed + 1, image_size=image_size)
-    tx, vx = normalize_channels(tx, vx)
-    return ImageData(tx, ty, vx, vy, num_classes=len(SHAPE_CLASSES), augment=False, samples_per_epoch=samples_per_epoch)
+def load_shapes(
+    seed: int, n_train: int, n_val: int, n_test: int, image_size: int, samples_per_epoch: int | None
+) -> ImageData:
+    """A training pool, a selection split and a test split from disjoint generator streams of
+    the same seed. Cached per process: the tensors are never modified in place, so every env can
+    share them."""
+    tx, ty = procedural_shapes(n_train, seed=3 * seed, image_size=image_size)
+    vx, vy = procedural_shapes(n_val, seed=3 * seed + 1, image_size=image_size)
+    sx, sy = procedural_shapes(n_test, seed=3 * seed + 2, image_size=image_size)
+    tx, vx, sx = normalize_channels(tx, vx, sx)
+    return ImageData(
+        tx, ty, vx, vy, sx, sy, num_classes=len(SHAPE_CLASSES), augment=False, samples_per_epoch=samples_per_epoch
+    )
 
 
 # --------------------------------------------------------------------------- CIFAR-10
@@ -302,15 +348,27 @@ def _read_cifar_batch(path: Path) -> tuple[torch.Tensor, torch.Tensor]:
     return images, targets
 
 
+CIFAR10_SELECTION_FRACTION = 0.1
+"""The selection split is the last tenth of the training batches (5,000 of 50,000); the official
+`test_batch` is the test split, which no decision reads."""
+
+
 @_os_errors_are_dataset_errors
 def load_cifar10(data_dir: Path) -> ImageData:
     root = find_cifar10_dir(data_dir)
     parts = [_read_cifar_batch(root / name) for name in CIFAR10_TRAIN_FILES]
-    tx = torch.cat([p[0] for p in parts]).float() / 255.0
-    ty = torch.cat([p[1] for p in parts])
-    vx, vy = _read_cifar_batch(root / CIFAR10_TEST_FILE)
-    tx, vx = normalize_channels(tx, vx.float() / 255.0)
-    return ImageData(tx, ty, vx, vy, num_classes=10, augment=True)
+    images = torch.cat([p[0] for p in parts]).float() / 255.0
+    labels = torch.cat([p[1] for p in parts])
+    n_val = int(images.shape[0] * CIFAR10_SELECTION_FRACTION)
+    if n_val < 1 or n_val == images.shape[0]:
+        raise DatasetError(
+            f"CIFAR-10 training batches in {str(root)!r} hold {images.shape[0]} images: "
+            "too few to carve a selection split"
+        )
+    cut = images.shape[0] - n_val
+    sx, sy = _read_cifar_batch(root / CIFAR10_TEST_FILE)
+    tx, vx, sx = normalize_channels(images[:cut], images[cut:], sx.float() / 255.0)
+    return ImageData(tx, labels[:cut], vx, labels[cut:], sx, sy, num_classes=10, augment=True)
 
 
 # --------------------------------------------------------------------------- text
@@ -318,10 +376,13 @@ def _bytes_tensor(data: bytes) -> torch.Tensor:
     return torch.frombuffer(bytearray(data), dtype=torch.uint8).to(torch.int64)
 
 
-def split_tokens(data: bytes, val_fraction: float) -> tuple[torch.Tensor, torch.Tensor]:
+def split_tokens(data: bytes, val_fraction: float, test_fraction: float) -> tuple[torch.Tensor, ...]:
+    """Train, selection and test tokens: the last `test_fraction` of the bytes is the test split,
+    the `val_fraction` before it the selection split."""
     tokens = _bytes_tensor(data)
-    cut = int(tokens.numel() * (1.0 - val_fraction))
-    return tokens[:cut], tokens[cut:]
+    n = tokens.numel()
+    val_start, test_start = int(n * (1.0 - val_fraction - test_fraction)), int(n * (1.0 - test_fraction))
+    return tokens[:val_start], tokens[val_start:test_start], tokens[test_start:]
 
 
 def pydoc_topics_bytes() -> bytes:
@@ -346,20 +407,24 @@ def _read_text_file(path: Path) -> bytes:
 
 
 @_os_errors_are_dataset_errors
-def load_text_corpus(data_dir: Path, block_size: int, val_fraction: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """TinyStories-style corpus: a folder with `*train*.txt` and `*valid*.txt`, or one `.txt` file
-    (or a folder with exactly one) split into train and validation by `val_fraction`."""
+def load_text_corpus(
+    data_dir: Path, block_size: int, val_fraction: float, test_fraction: float
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """TinyStories-style corpus in three splits. A folder with `*train*.txt` and `*valid*.txt`
+    files: the official validation text is the test split, and the selection split is the last
+    `val_fraction` of the training text. One `.txt` file (or a folder with exactly one): split by
+    `val_fraction` and `test_fraction`."""
     if data_dir.is_file():
-        train, val = split_tokens(_read_text_file(data_dir), val_fraction)
+        train, val, test = split_tokens(_read_text_file(data_dir), val_fraction, test_fraction)
     elif data_dir.is_dir():
         train_files = sorted(data_dir.glob("*train*.txt"))
-        val_files = sorted(data_dir.glob("*valid*.txt"))
+        valid_files = sorted(data_dir.glob("*valid*.txt"))
         all_txt = sorted(data_dir.glob("*.txt"))
-        if train_files and val_files:
-            train = _bytes_tensor(b"".join(_read_text_file(p) for p in train_files))
-            val = _bytes_tensor(b"".join(_read_text_file(p) for p in val_files))
+        if train_files and valid_files:
+            train, val, _ = split_tokens(b"".join(_read_text_file(p) for p in train_files), val_fraction, 0.0)
+            test = _bytes_tensor(b"".join(_read_text_file(p) for p in valid_files))
         elif len(all_txt) == 1:
-            train, val = split_tokens(_read_text_file(all_txt[0]), val_fraction)
+            train, val, test = split_tokens(_read_text_file(all_txt[0]), val_fraction, test_fraction)
         else:
             raise DatasetError(
                 f"text folder {str(data_dir)!r} needs *train*.txt and *valid*.txt files, or exactly one .txt file; "
@@ -367,10 +432,10 @@ def load_text_corpus(data_dir: Path, block_size: int, val_fraction: float) -> tu
             )
     else:
         raise DatasetError(f"text data path {str(data_dir)!r} does not exist")
-    for name, part in (("training", train), ("validation", val)):
+    for name, part in (("training", train), ("selection", val), ("test", test)):
         if part.numel() < 2 * (block_size + 1):
             raise DatasetError(
                 f"{name} text in {str(data_dir)!r} is too short: {part.numel()} bytes, "
                 f"need at least {2 * (block_size + 1)}"
             )
-    return train, val
+    return train, val, test

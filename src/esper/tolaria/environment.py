@@ -18,6 +18,7 @@ The heuristic controller and the PPO trainer drive this same object.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import time
 from collections.abc import Callable, Iterator
@@ -57,12 +58,17 @@ class EnvConfig:
     end_episode_on_panic: bool = False
     """End the episode at the first governor rollback (PPO: the panic is a terminal with a
     penalty); otherwise the env rolls back and trains on, until the governor gives up."""
+    host_width: int | None = None
+    """Build the task's host at this width instead of its default (a static host enlarged to a
+    grown host's size)."""
 
     def __post_init__(self) -> None:
         if self.max_epochs < 1:
             raise ValueError(f"max_epochs must be >= 1, got {self.max_epochs}")
         if self.max_seeds < 0:
             raise ValueError(f"max_seeds must be >= 0, got {self.max_seeds}")
+        if self.host_width is not None and self.host_width < 1:
+            raise ValueError(f"host_width must be >= 1, got {self.host_width}")
         if self.amp is not None and self.amp not in PRECISIONS:
             raise ValueError(f"unknown amp precision {self.amp!r}; choose from: {' '.join(PRECISIONS)}")
 
@@ -147,9 +153,15 @@ def compiled_forward(model: MorphogeneticModel, backend: str | Callable | None) 
     return torch.compile(model, backend=backend)
 
 
+def _draw_seed(generator: torch.Generator) -> int:
+    return int(torch.randint(0, 2**62, (1,), generator=generator))
+
+
 class MorphogeneticEnv:
-    """One host training run. Deterministic given the `reset` seed: initialisation, shuffling and
-    seed construction all draw from the env's own generator."""
+    """One host training run. Deterministic given the `reset` seed, from two generators of the
+    env's own: one for the data order (shuffling, augmentation), one for initialisation (the host,
+    then each new seed). Growing a seed therefore never changes the batches, so a grown run and a
+    static run of the same seed see the same data and start from the same host."""
 
     def __init__(self, config: EnvConfig, data: TaskData, emit: Callable[[Event], None] | None = None) -> None:
         self.config = config
@@ -164,16 +176,17 @@ class MorphogeneticEnv:
         self.scaler: torch.amp.GradScaler | None = None
         """This env's own loss scaler (fp16 only), new each episode: never shared with another
         env or device, and an episode never inherits an earlier one's loss scale."""
-        """This env's own loss scaler (fp16 only): never shared with another env or device."""
         self._seeds_created = 0  # over the env's lifetime, so seed ids are unique per env
 
     # ----------------------------------------------------------------- public API
     def reset(self, seed: int, episode: int | None = None) -> TrainingSignals:
         """Build a fresh host and measure it once (epoch 0)."""
         self.episode = self.episode + 1 if episode is None else episode
-        self._rng = torch.Generator().manual_seed(seed)
-        with seeded_init(self._draw_seed()):
-            host = self.config.task.build_host()
+        root = torch.Generator().manual_seed(seed)
+        self._init_rng = torch.Generator().manual_seed(_draw_seed(root))
+        self._data_rng = torch.Generator().manual_seed(_draw_seed(root))
+        with seeded_init(_draw_seed(self._init_rng)):
+            host = self.config.task.build_host(self.config.host_width)
         self.model = MorphogeneticModel(host, self.config.thresholds).to(self.config.device)
         for name in self.config.enabled_slots:
             self.model.slot(name)
@@ -207,7 +220,7 @@ class MorphogeneticEnv:
         `train_batch`, `end_step`."""
         self.begin_step(decision)
         try:
-            for x, y in self.data.train_batches(self.config.task.batch_size, self._rng):
+            for x, y in self.data.train_batches(self.config.task.batch_size, self._data_rng):
                 self.train_batch(x, y)
         except BaseException:
             self.abort_step()
@@ -238,7 +251,8 @@ class MorphogeneticEnv:
                 for group in opt.param_groups:
                     group["lr"] = group["base_lr"] * factor
             blended = set(self.model.blended_slots())
-            training = TrainingEpoch(self.model, optimizers, self.config.amp, self.scaler, self._forward)
+            with self._on_stream():  # its accumulators are zeroed on the stream that updates them
+                training = TrainingEpoch(self.model, optimizers, self.config.amp, self.scaler, self._forward)
             self._open = _OpenStep(decision, changes, blended, training)
         except BaseException:
             self.abort_step()
@@ -288,9 +302,10 @@ class MorphogeneticEnv:
                 # a blended seed that diverged is culled, and the kept snapshot learns the cull.
                 self._rollback(panic)
                 changes = self._cull_diverged(train, step.blended)
-                if changes:
-                    self.governor.amend_snapshot(self._snapshot())
                 val, measured = self._last_val, self._last_measured
+                if changes:
+                    val, measured = self._revalidate(measured)
+                    self.governor.amend_snapshot(self._snapshot())
                 if self.config.end_episode_on_panic:
                     self._ended_by_panic = True
         except BaseException:
@@ -317,6 +332,21 @@ class MorphogeneticEnv:
     @property
     def episode_over(self) -> bool:
         return self.epoch >= self.config.max_epochs or self.governor.gave_up or self._ended_by_panic
+
+    def evaluate_test(self) -> ValidationStats:
+        """Loss and accuracy of the model on the test split, for reports only. Only at the end of
+        an episode: nothing the controller, the gates or the reward read can depend on it."""
+        assert self.model is not None
+        if not self.episode_over:
+            raise RuntimeError("the test split is read only once an episode is over")
+        with self._on_stream():
+            return validate(
+                self.model,
+                self.data.test_batches(VALIDATION_BATCH_SIZE),
+                (),
+                self.config.amp,
+                self.data.calibration_batches(VALIDATION_BATCH_SIZE),
+            )
 
     def _on_stream(self) -> contextlib.AbstractContextManager:
         return torch.cuda.stream(self.stream) if self.stream is not None else contextlib.nullcontext()
@@ -360,7 +390,7 @@ class MorphogeneticEnv:
             assert decision.blueprint is not None
             self._seeds_created += 1
             seed_id = f"seed-{self._seeds_created}"
-            with seeded_init(self._draw_seed()):
+            with seeded_init(_draw_seed(self._init_rng)):
                 slot_changes = slot.germinate(decision.blueprint, seed_id, decision.schedule)
             self.seeds_germinated += 1
             self.tracker.last_germination_epoch = self.epoch
@@ -379,9 +409,24 @@ class MorphogeneticEnv:
         return self._log_changes(name, [change])
 
     def _validate(self) -> ValidationStats:
+        """The selection split, with every blended seed's counterfactual; BatchNorm statistics
+        recomputed on the training split's calibration images first (`validate`)."""
         assert self.model is not None
-        batches = self.data.val_batches(VALIDATION_BATCH_SIZE)
-        return validate(self.model, batches, self.model.blended_slots(), self.config.amp)
+        return validate(
+            self.model,
+            self.data.val_batches(VALIDATION_BATCH_SIZE),
+            self.model.blended_slots(),
+            self.config.amp,
+            self.data.calibration_batches(VALIDATION_BATCH_SIZE),
+        )
+
+    def _revalidate(self, measured: EpochMeasurements) -> tuple[ValidationStats, EpochMeasurements]:
+        """Measure again after a rollback culled a seed: the accuracy reported (and rewarded)
+        must be that of the model left, not of the snapshot that still held the seed."""
+        with self._on_stream():
+            val = self._validate()
+        self._last_val = val
+        return val, dataclasses.replace(measured, val_loss=val.loss, val_accuracy=val.accuracy)
 
     def _tick(self, train: TrainStats, val: ValidationStats) -> list[tuple[str, StageChange]]:
         assert self.model is not None
@@ -513,9 +558,6 @@ class MorphogeneticEnv:
         states = {"host": self.host_optimizer.state_dict()}
         states.update({f"seed:{name}": opt.state_dict() for name, opt in self.seed_optimizers.items()})
         return states
-
-    def _draw_seed(self) -> int:
-        return int(torch.randint(0, 2**62, (1,), generator=self._rng))
 
     def _log_changes(self, slot: str, changes: list[StageChange]) -> list[tuple[str, StageChange]]:
         record = self._live_records.get(slot)

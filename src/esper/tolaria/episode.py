@@ -24,7 +24,11 @@ class EpisodeOutcome:
     episode: int
     seed: int
     final_val_accuracy: float
+    """On the selection split, which every decision of the episode read."""
     final_val_loss: float
+    final_test_accuracy: float
+    """On the test split, read once after the last step: no decision saw it."""
+    final_test_loss: float
     host_params: int
     seed_params: int
     records: tuple[SeedRecord, ...]
@@ -37,6 +41,8 @@ class EpisodeOutcome:
             "seed": self.seed,
             "final_val_accuracy": self.final_val_accuracy,
             "final_val_loss": self.final_val_loss,
+            "final_test_accuracy": self.final_test_accuracy,
+            "final_test_loss": self.final_test_loss,
             "host_params": self.host_params,
             "seed_params": self.seed_params,
             "rollbacks": self.rollbacks,
@@ -54,11 +60,14 @@ def run_episode(env: MorphogeneticEnv, controller: Controller, seed: int, episod
         result = env.step(decision)
         controller.observe(decision, result.changes)
         signals, done = result.signals, result.done
+    test = env.evaluate_test()
     outcome = EpisodeOutcome(
         episode=episode,
         seed=seed,
         final_val_accuracy=signals.val_accuracy,
         final_val_loss=signals.val_loss,
+        final_test_accuracy=test.accuracy,
+        final_test_loss=test.loss,
         host_params=signals.host_params,
         seed_params=signals.seed_params,
         records=tuple(env.records),
@@ -72,6 +81,7 @@ def run_episode(env: MorphogeneticEnv, controller: Controller, seed: int, episod
             signals.epoch,
             {
                 "final_val_accuracy": outcome.final_val_accuracy,
+                "final_test_accuracy": outcome.final_test_accuracy,
                 "host_params": outcome.host_params,
                 "seed_params": outcome.seed_params,
                 "seconds": outcome.seconds,

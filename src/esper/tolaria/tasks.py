@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,7 +34,10 @@ class TaskSpec:
     name: str
     description: str
     topology: Topology
-    build_host: Callable[[], Host]
+    make_host: Callable[[int], Host]
+    """The task's host at a given width (CNN channels of the first block, transformer d_model)."""
+    host_width: int
+    """The default width."""
     load_data: Callable[[Path | None], TaskData]
     needs_data_dir: bool
     batch_size: int
@@ -42,6 +46,24 @@ class TaskSpec:
     weight_decay: float
     max_epochs: int
     """Default episode length (host epochs)."""
+
+    def build_host(self, width: int | None = None) -> Host:
+        """The task's host, at its default width unless `width` is given (a static host enlarged
+        to the size of a grown one, for a fair comparison)."""
+        return self.make_host(self.host_width if width is None else width)
+
+    def width_for_params(self, target_params: int) -> int:
+        """The host width whose parameter count is closest to `target_params` (at least the default)."""
+        best, best_gap = self.host_width, math.inf
+        width = self.host_width
+        while True:
+            params = sum(p.numel() for p in self.make_host(width).parameters())
+            gap = abs(params - target_params)
+            if gap < best_gap:
+                best, best_gap = width, gap
+            if params >= target_params:
+                return best
+            width += 1
 
     def resolve_data_dir(self, flag: str | None) -> Path | None:
         """`--data-dir`, else $ESPER_DATA_DIR, for tasks that read from disk; a clear error otherwise."""
@@ -56,14 +78,14 @@ class TaskSpec:
 
 
 def _pydoc_data(_: Path | None) -> TaskData:
-    train, val = split_tokens(pydoc_topics_bytes(), val_fraction=0.1)
-    return TokenData(train, val, TEXT_BLOCK_SIZE, train_windows_per_epoch=1024, max_val_windows=256)
+    train, val, test = split_tokens(pydoc_topics_bytes(), val_fraction=0.1, test_fraction=0.1)
+    return TokenData(train, val, test, TEXT_BLOCK_SIZE, train_windows_per_epoch=1024, max_eval_windows=256)
 
 
 def _textfile_data(path: Path | None) -> TaskData:
     assert path is not None  # resolve_data_dir guarantees it for this task
-    train, val = load_text_corpus(path, TEXT_BLOCK_SIZE, val_fraction=0.1)
-    return TokenData(train, val, TEXT_BLOCK_SIZE, train_windows_per_epoch=8192, max_val_windows=1024)
+    train, val, test = load_text_corpus(path, TEXT_BLOCK_SIZE, val_fraction=0.1, test_fraction=0.1)
+    return TokenData(train, val, test, TEXT_BLOCK_SIZE, train_windows_per_epoch=8192, max_eval_windows=1024)
 
 
 TASKS: dict[str, TaskSpec] = {
@@ -73,9 +95,10 @@ TASKS: dict[str, TaskSpec] = {
             name="shapes",
             description="embedded procedural 16x16 images of ten shapes, drawn per epoch from a 50k pool (default)",
             topology=Topology.CNN,
-            build_host=lambda: CNNHost(in_channels=3, num_classes=10, width=8, depth=3),
+            make_host=lambda width: CNNHost(in_channels=3, num_classes=10, width=width, depth=3),
+            host_width=8,
             load_data=lambda _: load_shapes(
-                SHAPES_DATA_SEED, n_train=50_000, n_val=2000, image_size=16, samples_per_epoch=10_000
+                SHAPES_DATA_SEED, n_train=50_000, n_val=2000, n_test=10_000, image_size=16, samples_per_epoch=10_000
             ),
             needs_data_dir=False,
             batch_size=100,
@@ -88,9 +111,10 @@ TASKS: dict[str, TaskSpec] = {
             name="pydoc",
             description="embedded byte-level language modelling on CPython's pydoc_data.topics text",
             topology=Topology.TRANSFORMER,
-            build_host=lambda: TransformerHost(
-                vocab_size=256, block_size=TEXT_BLOCK_SIZE, d_model=64, n_layer=3, n_slots=3
+            make_host=lambda width: TransformerHost(
+                vocab_size=256, block_size=TEXT_BLOCK_SIZE, d_model=width, n_layer=3, n_slots=3
             ),
+            host_width=64,
             load_data=_pydoc_data,
             needs_data_dir=False,
             batch_size=64,
@@ -103,7 +127,8 @@ TASKS: dict[str, TaskSpec] = {
             name="cifar10",
             description="CIFAR-10 from the python-pickle folder (cifar-10-batches-py)",
             topology=Topology.CNN,
-            build_host=lambda: CNNHost(in_channels=3, num_classes=10, width=32, depth=3),
+            make_host=lambda width: CNNHost(in_channels=3, num_classes=10, width=width, depth=3),
+            host_width=32,
             load_data=lambda path: load_cifar10(path),  # type: ignore[arg-type]
             needs_data_dir=True,
             batch_size=128,
@@ -116,9 +141,10 @@ TASKS: dict[str, TaskSpec] = {
             name="textfile",
             description="byte-level language modelling on TinyStories-style .txt files",
             topology=Topology.TRANSFORMER,
-            build_host=lambda: TransformerHost(
-                vocab_size=256, block_size=TEXT_BLOCK_SIZE, d_model=128, n_layer=6, n_slots=3
+            make_host=lambda width: TransformerHost(
+                vocab_size=256, block_size=TEXT_BLOCK_SIZE, d_model=width, n_layer=6, n_slots=3
             ),
+            host_width=128,
             load_data=_textfile_data,
             needs_data_dir=True,
             batch_size=64,

@@ -12,8 +12,10 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.modules.batchnorm import _BatchNorm
 
 from esper.kasmina import MorphogeneticModel
+from esper.kasmina.model import BatchNormStats
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 
@@ -156,22 +158,118 @@ class TrainingEpoch:
         )
 
 
+class _BatchNormMoments:
+    """Per-channel moments of the inputs of some BatchNorm layers, pooled over calibration batches.
+
+    Each batch runs the layers in training mode (normalising by the batch's own statistics, as
+    `torch.optim.swa_utils.update_bn` does) on fresh zero buffers passed as a forward argument;
+    a layer's update of a zero buffer is `momentum x` the batch statistic, which is read back.
+    Everything stays on the device: no host-device sync.
+    """
+
+    def __init__(self, layers: dict[str, _BatchNorm]) -> None:
+        self.layers = layers
+        self.weight = 0.0
+        self.sums: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def fresh_buffers(self) -> dict[str, torch.Tensor]:
+        buffers: dict[str, torch.Tensor] = {}
+        for name, bn in self.layers.items():
+            assert bn.running_mean is not None and bn.running_var is not None
+            buffers[f"{name}.running_mean"] = torch.zeros_like(bn.running_mean)
+            buffers[f"{name}.running_var"] = torch.zeros_like(bn.running_var)
+            buffers[f"{name}.num_batches_tracked"] = torch.zeros((), dtype=torch.long, device=bn.running_mean.device)
+        return buffers
+
+    def absorb(self, buffers: dict[str, torch.Tensor], batch_size: int) -> None:
+        """Add one batch, weighted by its size: E[x] and E[x^2] of each channel."""
+        for name, bn in self.layers.items():
+            # momentum None is a cumulative average: after one batch from zero, the factor is 1.
+            factor = bn.momentum if bn.momentum is not None else 1.0
+            mean = buffers[f"{name}.running_mean"] / factor
+            var = buffers[f"{name}.running_var"] / factor
+            first, second = self.sums.get(name, (0.0, 0.0))
+            self.sums[name] = (first + batch_size * mean, second + batch_size * (var + mean.square()))
+        self.weight += batch_size
+
+    def statistics(self) -> dict[str, torch.Tensor]:
+        """Running mean and variance of every layer over all batches (the pooled variance: the
+        mean within-batch variance plus the variance of the batch means)."""
+        if self.weight == 0:
+            raise ValueError("the calibration data yielded no batch")
+        stats: dict[str, torch.Tensor] = {}
+        for name, (first, second) in self.sums.items():
+            mean = first / self.weight
+            stats[f"{name}.running_mean"] = mean
+            stats[f"{name}.running_var"] = (second / self.weight - mean.square()).clamp_min(0.0)
+        return stats
+
+
+@torch.no_grad()
+def recalibrate_batchnorm(
+    model: MorphogeneticModel, batches: Iterable[Batch], ablate: tuple[str, ...], amp: Precision | None = None
+) -> dict[str, BatchNormStats]:
+    """Recompute the BatchNorm statistics of the model and of each ablated arm on `batches`.
+
+    Why: in eval mode a BatchNorm layer downstream of a blended seed normalises with statistics
+    collected with the seed in place. Forcing alpha to 0 under those statistics feeds the layer a
+    distribution it was not calibrated for, and the accuracy drop measures that mismatch, not
+    the seed (a `norm` seed that does nothing read +8.5 points that way). So each arm gets the
+    statistics of its own network, from the same training images: the model's are written into
+    its buffers (precise BatchNorm, replacing the running average of the epoch, so the accuracy
+    reported is that of the same procedure as every arm); each ablated arm's, covering only the
+    layers downstream of its slot, are returned as a forward argument and never touch a module.
+    The prefix before an ablated slot is computed once and shared, as in `validate`.
+    """
+    model_moments = _BatchNormMoments(model.batchnorm_layers())
+    if not model_moments.layers:
+        return {}
+    arm_moments = {name: _BatchNormMoments(model.batchnorm_layers(after_slot=name)) for name in ablate}
+    model.train()  # BatchNorm normalises by batch statistics; TRAINING-stage seeds stay out (no grad)
+    try:
+        for x, _ in _nonempty(batches, "calibration"):
+            buffers = model_moments.fresh_buffers()
+            arm_buffers = {name: moments.fresh_buffers() for name, moments in arm_moments.items()}
+            with autocast(amp, x.device):
+                model.forward_with_ablations(x, ablate, buffers, arm_buffers)
+            model_moments.absorb(buffers, x.shape[0])
+            for name, moments in arm_moments.items():
+                moments.absorb(arm_buffers[name], x.shape[0])
+    finally:
+        model.eval()
+    for key, value in model_moments.statistics().items():
+        model.get_buffer(key).copy_(value)
+    return {name: moments.statistics() for name, moments in arm_moments.items()}
+
+
 @torch.no_grad()
 def validate(
-    model: MorphogeneticModel, batches: Iterable[Batch], ablate: tuple[str, ...], amp: Precision | None = None
+    model: MorphogeneticModel,
+    batches: Iterable[Batch],
+    ablate: tuple[str, ...],
+    amp: Precision | None = None,
+    calibration: Iterable[Batch] | None = None,
 ) -> ValidationStats:
     """Loss and accuracy, plus the accuracy with each slot in `ablate` at alpha 0, in one pass.
 
-    Each batch runs the model once, and each ablation reruns only the part of the network after
-    its slot (see `MorphogeneticModel.forward_with_ablations`).
+    A model with BatchNorm layers first has its statistics, and each ablated arm's, recomputed on
+    the `calibration` batches (`recalibrate_batchnorm`); a model without needs none. Each batch
+    then runs the model once, and each ablation reruns only the part of the network after its
+    slot (see `MorphogeneticModel.forward_with_ablations`), with its own statistics.
     """
+    if calibration is None:
+        if model.batchnorm_layers():
+            raise ValueError("the model has BatchNorm layers: validate needs calibration batches (training split)")
+        arm_stats: dict[str, BatchNormStats] = {}
+    else:
+        arm_stats = recalibrate_batchnorm(model, calibration, ablate, amp)
     model.eval()
     device = next(model.parameters()).device
     sums = torch.zeros(2 + len(ablate), device=device)  # loss * n, correct, correct per ablation
     n_items = 0
-    for x, y in _nonempty(batches):
+    for x, y in _nonempty(batches, "validation"):
         with autocast(amp, x.device):
-            logits, ablated = model.forward_with_ablations(x, ablate)
+            logits, ablated = model.forward_with_ablations(x, ablate, ablated_batchnorm_stats=arm_stats)
         loss, correct = loss_and_correct(logits, y)
         ablated_correct = [loss_and_correct(ablated[name], y)[1] for name in ablate]
         sums += torch.stack([loss * y.numel(), correct, *ablated_correct]).float()
@@ -184,10 +282,10 @@ def validate(
     )
 
 
-def _nonempty(batches: Iterable[Batch]) -> Iterator[Batch]:
+def _nonempty(batches: Iterable[Batch], what: str) -> Iterator[Batch]:
     seen = False
     for batch in batches:
         seen = True
         yield batch
     if not seen:
-        raise ValueError("the validation data yielded no batch")
+        raise ValueError(f"the {what} data yielded no batch")

@@ -1,0 +1,140 @@
+"""The counterfactual answers "what would removing this seed do", BatchNorm hosts included.
+
+Each arm (with the seed, and with it ablated) is measured with BatchNorm statistics of its own
+network, recomputed on the same training images; the references here are PyTorch's own
+`update_bn` on copies of the model, never Esper's code.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+
+import pytest
+import torch
+from torch.optim.swa_utils import update_bn
+
+from conftest import make_env
+from esper.kasmina import CNNHost, GateInputs, MorphogeneticModel, TransformerHost
+from esper.leyline import BlendSchedule, Decision, SeedStage
+from esper.tolaria import get_task
+from esper.tolaria.datasets import load_shapes
+from esper.tolaria.training import recalibrate_batchnorm, validate
+
+
+def accuracy_of(model: MorphogeneticModel, batches, overrides=None) -> float:
+    model.eval()
+    with torch.no_grad():
+        correct = sum((model(x, overrides).argmax(-1) == y).sum().item() for x, y in batches)
+        total = sum(y.numel() for _, y in batches)
+    return 100.0 * correct / total
+
+
+def resettled_accuracy(model: MorphogeneticModel, train_batches, val_batches, cull: str | None) -> float:
+    """Cull a copy's seed for real, let PyTorch's `update_bn` re-settle every BatchNorm layer on
+    training batches, and measure: what removing the seed actually does."""
+    arm = copy.deepcopy(model)
+    if cull is not None:
+        arm.slot(cull).cull("test: the real cull")
+    update_bn(train_batches, arm)
+    return accuracy_of(arm, val_batches)
+
+
+@pytest.mark.slow
+def test_a_seed_with_no_real_effect_reads_zero_where_stale_statistics_read_many_points() -> None:
+    """Acceptance: a `norm` seed at `mid`, downstream of which sit BatchNorm layers, set to an
+    exact identity map f(h) = h, so the stream becomes 2h. The next block is conv (no bias) then
+    BatchNorm, which is scale invariant: the seed's real effect is nil. Forcing its alpha to 0
+    under the statistics of the 2h network reads a large 'contribution' (the old measurement);
+    the honest one reads zero, as does the real cull once statistics re-settle."""
+    data = dataclasses.replace(
+        load_shapes(0, n_train=4000, n_val=1000, n_test=200, image_size=16, samples_per_epoch=2000),
+        calibration_size=1000,
+    )
+    task = dataclasses.replace(get_task("shapes"), load_data=lambda _: data)
+    env = make_env(task, max_epochs=10)
+    env.reset(0)
+    for _ in range(6):
+        env.step(Decision.wait())
+    model = env.model
+    slot = model.slot("mid")
+    slot.germinate("norm", "seed-nil", BlendSchedule.LINEAR)
+    while slot.stage is not SeedStage.PROBATIONARY:
+        slot.tick(GateInputs(contribution=1.0, grad_norm=1.0))
+    val_batches = list(env.data.val_batches(500))
+    calibration = list(env.data.calibration_batches(500))
+    validate(model, val_batches, (), calibration=calibration)  # the seed's own statistics: those of h
+    norm = slot.seed.norm
+    with torch.no_grad():  # gamma = std, beta = mean: the seed outputs its input exactly
+        norm.weight.copy_((norm.running_var + norm.eps).sqrt())
+        norm.bias.copy_(norm.running_mean)
+
+    stats = validate(model, val_batches, ("mid",), calibration=calibration)
+    contribution = stats.contribution("mid")
+    stale = stats.accuracy - accuracy_of(model, val_batches, {"mid": 0.0})  # the old measurement
+    train_batches = list(env.data.train_batches(100, torch.Generator().manual_seed(1)))
+    real = resettled_accuracy(model, train_batches, val_batches, None) - resettled_accuracy(
+        model, train_batches, val_batches, "mid"
+    )
+    assert stats.accuracy > 15.0  # a host that has learned something (chance is 10%)
+    assert abs(real) <= 1.0  # the seed really does nothing
+    assert abs(contribution) <= 1.0
+    assert abs(contribution - real) <= 1.0
+    assert stale > 3.0  # stale statistics read a large effect that is not there
+
+
+def test_recalibration_leaves_only_the_models_own_statistics_behind() -> None:
+    """The model's buffers end up with its own network's statistics (what `update_bn` computes);
+    no ablated arm's statistics leak into any module."""
+    torch.manual_seed(0)
+    model = MorphogeneticModel(CNNHost(width=4))
+    for name in ("early", "mid"):
+        slot = model.slot(name)
+        slot.germinate("conv_light", f"seed-{name}", BlendSchedule.LINEAR)
+        with torch.no_grad():
+            for p in slot.seed.parameters():
+                p.add_(0.3 * torch.randn_like(p))
+        while slot.stage is not SeedStage.PROBATIONARY:
+            slot.tick(GateInputs(contribution=1.0, grad_norm=1.0))
+    calibration = [(torch.randn(64, 3, 16, 16) + 1.0, torch.zeros(64, dtype=torch.long))]
+    reference = copy.deepcopy(model)
+    update_bn(calibration, reference)
+    arm_stats = recalibrate_batchnorm(model, calibration, ("early", "mid"))
+    for name, buffer in model.named_buffers():
+        if name.endswith(("running_mean", "running_var")):
+            torch.testing.assert_close(buffer, reference.get_buffer(name), msg=name)
+    assert set(arm_stats) == {"early", "mid"}
+    # an arm covers exactly the layers downstream of its slot: the mid arm never reaches early's seed
+    assert not any(key.startswith(("host.segments.0.", "host.segments.1.", "slots.early.")) for key in arm_stats["mid"])
+    assert any(key.startswith("slots.mid.") for key in arm_stats["early"])
+    assert not model.training
+
+
+def test_pooled_statistics_over_batches_match_one_batch_of_everything() -> None:
+    torch.manual_seed(1)
+    model = MorphogeneticModel(CNNHost(width=4))
+    images = torch.randn(120, 3, 16, 16) * 1.5 + 0.3
+    labels = torch.zeros(120, dtype=torch.long)
+    recalibrate_batchnorm(model, [(images, labels)], ())
+    whole = {k: v.clone() for k, v in model.named_buffers() if k.endswith(("running_mean", "running_var"))}
+    recalibrate_batchnorm(model, [(images[i : i + 40], labels[i : i + 40]) for i in range(0, 120, 40)], ())
+    for key, value in whole.items():
+        torch.testing.assert_close(model.get_buffer(key), value, rtol=0.03, atol=1e-4, msg=key)
+
+
+def test_a_batchnorm_model_without_calibration_data_is_refused() -> None:
+    model = MorphogeneticModel(CNNHost(width=4))
+    batches = [(torch.randn(4, 3, 16, 16), torch.zeros(4, dtype=torch.long))]
+    with pytest.raises(ValueError, match="calibration"):
+        validate(model, batches, ())
+    with pytest.raises(ValueError, match="calibration data yielded no batch"):
+        validate(model, batches, (), calibration=[])
+
+
+def test_a_model_without_batchnorm_needs_no_calibration() -> None:
+    torch.manual_seed(0)
+    model = MorphogeneticModel(TransformerHost(block_size=8, d_model=32, n_layer=3, n_slots=3))
+    idx = torch.randint(0, 256, (4, 8))
+    stats = validate(model, [(idx, idx)], ())
+    assert recalibrate_batchnorm(model, [(idx, idx)], ()) == {}
+    assert 0.0 <= stats.accuracy <= 100.0
