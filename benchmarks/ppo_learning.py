@@ -36,7 +36,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=12)
     parser.add_argument("--n-envs", type=int, default=4)
     parser.add_argument("--max-epochs", type=int, default=20)
-    parser.add_argument("--reward-mode", default="contribution")
+    parser.add_argument("--reward-mode", default="dense")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--run-dir", default=None, help="default: a new temporary folder")
     args = parser.parse_args()

@@ -43,6 +43,9 @@ def test_a_run_writes_metrics_summary_and_checkpoints(tiny_tasks, workdir: Path,
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["obs_dim"] == 73 and len(summary["observation_layout"]) == 73
     assert summary["action_heads"] == {"op": 4, "slot": 3, "blueprint": 6, "schedule": 2}
+    assert summary["splits"] == {"train": 400, "val": 200, "test": 200}
+    assert summary["final_test_accuracy"] == metrics[-1]["charts/final_test_accuracy"]
+    assert summary["final_val_accuracy"] == metrics[-1]["charts/final_val_accuracy"]
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["round-0001.pt", "round-0002.pt"]
     assert (run_dir / "events.jsonl").stat().st_size > 0
     checkpoint = torch.load(run_dir / "checkpoints" / "round-0002.pt", weights_only=True)
@@ -84,7 +87,7 @@ def test_resume_from_an_older_round_refuses_to_overwrite_later_checkpoints(
     ("argv", "fragments"),
     [
         (["--n-envs", "0"], ("--n-envs must be >= 1, got 0",)),
-        (["--reward-mode", "dense"], ("unknown reward mode 'dense'", "contribution sparse")),
+        (["--reward-mode", "contribution"], ("unknown reward mode 'contribution'", "dense sparse")),
         (["--episodes", "0"], ("--episodes must be >= 1, got 0",)),
         (["--save-every", "0"], ("--save-every must be >= 1, got 0",)),
         (["--task", "imagenet"], ("unknown task 'imagenet'",)),

@@ -10,8 +10,9 @@ import torch
 from conftest import make_env
 from esper.leyline import Decision, GateThresholds, LifecycleOp, SeedStage
 from esper.tolaria import Governor, GovernorConfig
-from esper.tolaria.environment import MorphogeneticEnv
+from esper.tolaria.environment import VALIDATION_BATCH_SIZE, MorphogeneticEnv
 from esper.tolaria.governor import Snapshot
+from esper.tolaria.training import validate
 
 
 def test_judge_flags_non_finite_and_blowups_only() -> None:
@@ -177,6 +178,34 @@ def test_a_diverging_blended_seed_is_rolled_back_then_culled(monkeypatch: pytest
     assert env.step(Decision.wait()).panic is not None
     assert env.model.slot("late").seed is None and env.records[0].final_stage == "CULLED"
     assert_consistent_and_trainable(env)
+
+
+def test_after_a_governor_cull_the_signals_measure_the_model_left(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The last healthy measurement was taken with the seed in place; once a rollback culls it,
+    the step reports a new measurement of the model actually left."""
+    env = make_env(max_epochs=14, governor=GovernorConfig(max_consecutive_rollbacks=5))
+    env.reset(0)
+    env.step(Decision(LifecycleOp.GERMINATE, "late", "conv_light"))
+    while env.model.slot("late").stage is not SeedStage.BLENDING:
+        env.step(Decision.wait())
+    with torch.no_grad():  # a seed that changes the output a lot
+        for p in env.model.slot("late").seed.parameters():
+            p.add_(3.0 * torch.randn_like(p))
+    healthy = env.step(Decision.wait()).signals
+    for _ in range(2):  # the first rollback blames nobody; the second culls the suspect
+        poison_seed_next_epoch(env, "late", monkeypatch)
+        result = env.step(Decision.wait())
+    assert [(s, c.target) for s, c in result.changes] == [("late", SeedStage.CULLED)]
+    left = validate(
+        env.model,
+        env.data.val_batches(VALIDATION_BATCH_SIZE),
+        (),
+        calibration=env.data.calibration_batches(VALIDATION_BATCH_SIZE),
+    )
+    assert result.signals.val_loss == pytest.approx(left.loss)
+    assert result.signals.val_accuracy == pytest.approx(left.accuracy)
+    assert result.signals.val_loss != pytest.approx(healthy.val_loss)  # not the seed's measurement
+    assert result.signals.slot("late").contribution is None
 
 
 def test_a_diverging_host_never_blames_a_training_seed(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -341,7 +341,7 @@ def test_trainer_config_checks_its_inputs() -> None:
     with pytest.raises(ValueError, match="n_envs must be >= 1, got 0"):
         vec.TrainerConfig(episodes=4, n_envs=0)
     assert vec.TrainerConfig(episodes=9, n_envs=4).total_rounds == 3
-    assert dataclasses.asdict(vec.TrainerConfig(episodes=1, n_envs=1))["reward"]["mode"] == "contribution"
+    assert dataclasses.asdict(vec.TrainerConfig(episodes=1, n_envs=1))["reward"]["mode"] == "dense"
 
 
 def test_envs_are_spread_round_robin_over_the_devices() -> None:

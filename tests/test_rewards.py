@@ -1,8 +1,12 @@
-"""Rewards: (state, action, next state) for the touched slot, potential-based shaping, rent, sparse mode."""
+"""Rewards: a dense form of the stated objective, potential-based shaping, the sparse mode.
+
+The objective is J = selection accuracy - param_price x seed parameters / host parameters at the
+end of an episode. The properties below hold for any trajectory, constructed by hypothesis."""
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 
 import pytest
@@ -10,18 +14,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import training_signals
-from esper.leyline import BlendSchedule, Decision, LifecycleOp, SeedStage
+from esper.leyline import SeedStage
 from esper.simic import RewardConfig, RewardFunction
-from esper.simic.rewards import STAGE_POTENTIAL, potential
+from esper.simic.rewards import STAGE_POTENTIAL, objective, potential
 from esper.simic.vectorized import TrainerConfig
 from esper.tamiyo import SlotSignals
 
 SLOTS = ("early", "mid", "late")
-GAMMA = 0.99
-REWARD = RewardFunction(RewardConfig(gamma=GAMMA), ppo_gamma=GAMMA)
+HOST_PARAMS = 1000
+REWARD = RewardFunction(RewardConfig(), ppo_gamma=1.0)
 
 
-def slot(name: str, stage: SeedStage = SeedStage.DORMANT, contribution: float | None = None, params: int = 0):
+def slot(name: str, stage: SeedStage = SeedStage.DORMANT, params: int = 0) -> SlotSignals:
     has_seed = stage in STAGE_POTENTIAL
     return SlotSignals(
         name=name,
@@ -32,94 +36,90 @@ def slot(name: str, stage: SeedStage = SeedStage.DORMANT, contribution: float | 
         alpha=0.0,
         blueprint="conv_light" if has_seed else None,
         seed_id=f"seed-{name}" if has_seed else None,
-        contribution=contribution,
+        contribution=None,
         grad_norm=None,
         param_count=params if has_seed else 0,
     )
 
 
-def signals(stages: dict[str, SeedStage] | None = None, contributions=None, val_accuracy=50.0, params=0, **kw):
-    stages, contributions = stages or {}, contributions or {}
-    slots = [
-        slot(n, stages.get(n, SeedStage.DORMANT), contributions.get(n), params if n in stages else 0) for n in SLOTS
-    ]
+def signals(stages: dict[str, SeedStage] | None = None, val_accuracy: float = 50.0, params: int = 0, **kw):
+    stages = stages or {}
+    slots = [slot(n, stages.get(n, SeedStage.DORMANT), params) for n in SLOTS]
     seed_params = sum(s.param_count for s in slots)
-    return training_signals(slots, val_accuracy=val_accuracy, host_params=1000, seed_params=seed_params, **kw)
+    return training_signals(slots, val_accuracy=val_accuracy, host_params=HOST_PARAMS, seed_params=seed_params, **kw)
 
 
-def test_gamma_mismatch_is_a_value_error_not_an_assert() -> None:
-    with pytest.raises(ValueError, match=r"shaping gamma \(0.9\) must equal the PPO gamma \(0.99\)"):
-        RewardFunction(RewardConfig(gamma=0.9), ppo_gamma=0.99)
-    with pytest.raises(ValueError, match="shaping gamma"):
-        TrainerConfig(episodes=1, n_envs=1, reward=RewardConfig(gamma=0.95))
+def episode_return(reward: RewardFunction, path) -> float:
+    """The undiscounted return of a trajectory of signals, the last step terminal."""
+    n = len(path) - 1
+    return sum(reward(path[t], path[t + 1], terminal=t == n - 1).total for t in range(n))
 
 
-def test_unknown_reward_mode_is_refused() -> None:
-    with pytest.raises(ValueError, match="unknown reward mode 'dense'; choose from: contribution sparse"):
-        RewardConfig(mode="dense")
+# --------------------------------------------------------------------------- trajectories
+SEED_STAGES = [
+    SeedStage.GERMINATED,
+    SeedStage.TRAINING,
+    SeedStage.BLENDING,
+    SeedStage.PROBATIONARY,
+    SeedStage.FOSSILIZED,
+    SeedStage.CULLED,
+    SeedStage.EMBARGOED,
+    SeedStage.DORMANT,
+]
+step_states = st.fixed_dictionaries(
+    {name: st.sampled_from(SEED_STAGES) for name in SLOTS}
+)  # any stage in every slot: lifecycle order does not matter to what a return may earn
+accuracies = st.integers(0, 2000).map(lambda k: k / 20)
+"""Accuracy in points on a selection split of 2,000 examples: a multiple of 0.05."""
 
 
-def test_one_potential_sums_every_slot() -> None:
-    s = signals({"early": SeedStage.TRAINING, "late": SeedStage.FOSSILIZED})
-    assert potential(s) == STAGE_POTENTIAL[SeedStage.TRAINING] + STAGE_POTENTIAL[SeedStage.FOSSILIZED]
-    assert potential(signals()) == 0.0
+@st.composite
+def trajectories(draw, accuracy=None):
+    """A start with no seed (as every episode starts) and 1..20 later states, each with any seeds,
+    parameter counts and accuracy (or the given constant accuracy: seeds that change nothing)."""
+    n = draw(st.integers(1, 20))
+    params = draw(st.integers(0, 3 * HOST_PARAMS))
+    start = draw(accuracies) if accuracy is None else accuracy
+    path = [signals(val_accuracy=start)]
+    for _ in range(n):
+        acc = draw(accuracies) if accuracy is None else accuracy
+        path.append(signals(draw(step_states), val_accuracy=acc, params=params))
+    return path
 
 
-def test_attribution_reads_the_touched_slot_not_the_first_seed() -> None:
-    state = signals(
-        {"early": SeedStage.PROBATIONARY, "late": SeedStage.PROBATIONARY}, contributions={"early": 9.0, "late": 2.0}
-    )
-    after = signals({"early": SeedStage.PROBATIONARY, "late": SeedStage.FOSSILIZED}, contributions={"early": 9.0})
-    r = REWARD(state, Decision(LifecycleOp.FOSSILIZE, "late"), after, terminal=False)
-    assert r.attribution == pytest.approx(0.1 * 2.0)
-    culled = signals({"early": SeedStage.PROBATIONARY}, contributions={"early": 9.0})
-    r = REWARD(state, Decision(LifecycleOp.CULL, "late"), culled, terminal=False)
-    assert r.attribution == pytest.approx(-0.1 * 2.0)
+@settings(max_examples=300, deadline=None)
+@given(trajectories(), st.floats(0.0, 5.0), st.floats(0.01, 1.0))
+def test_the_return_of_an_episode_is_its_objective_gain(path, price, weight) -> None:
+    reward = RewardFunction(RewardConfig(param_price=price, accuracy_weight=weight), ppo_gamma=1.0)
+    expected = weight * (objective(path[-1], price) - objective(path[0], price))
+    assert math.isclose(episode_return(reward, path), expected, rel_tol=1e-9, abs_tol=1e-9)
 
 
-def test_wait_touches_no_slot() -> None:
-    state = signals({"early": SeedStage.PROBATIONARY}, contributions={"early": 9.0})
-    assert REWARD(state, Decision.wait(), state, terminal=False).attribution == 0.0
+@settings(max_examples=300, deadline=None)
+@given(trajectories(), trajectories(), st.floats(0.0, 5.0))
+def test_higher_final_accuracy_at_equal_parameters_earns_a_higher_return(a, b, price) -> None:
+    """Two episodes from the same start that end with the same parameters: the one that ends
+    more accurate on the selection split earns more, whatever happened on the way."""
+    reward = RewardFunction(RewardConfig(param_price=price), ppo_gamma=1.0)
+    b = [a[0], *b[1:]]
+    end = dataclasses.replace(b[-1], slots=a[-1].slots, seed_params=a[-1].seed_params)
+    b[-1] = end
+    if a[-1].val_accuracy == end.val_accuracy:
+        return
+    higher, lower = (a, b) if a[-1].val_accuracy > end.val_accuracy else (b, a)
+    assert episode_return(reward, higher) > episode_return(reward, lower)
 
 
-def test_culling_a_harmful_seed_earns_no_attribution() -> None:
-    """The accuracy term already pays for the recovery; paying again would make harm profitable."""
-    state = signals({"mid": SeedStage.BLENDING}, contributions={"mid": -4.0})
-    r = REWARD(state, Decision(LifecycleOp.CULL, "mid"), signals(), terminal=False)
-    assert r.attribution == 0.0
-
-
-def test_rent_charges_the_seeds_share_of_parameters() -> None:
-    state = signals({"early": SeedStage.TRAINING}, params=200)
-    r = REWARD(state, Decision.wait(), state, terminal=False)
-    assert r.rent == pytest.approx(-0.5 * 200 / 1000)
-    assert REWARD(signals(), Decision.wait(), signals(), terminal=False).rent == 0.0
-
-
-def test_accuracy_term_is_the_change_in_validation_accuracy() -> None:
-    r = REWARD(signals(val_accuracy=50.0), Decision.wait(), signals(val_accuracy=53.0), terminal=False)
-    assert r.accuracy == pytest.approx(0.3)
-
-
-def test_terminal_state_has_zero_potential() -> None:
-    state = signals({"early": SeedStage.FOSSILIZED})
-    r = REWARD(state, Decision.wait(), state, terminal=True)
-    assert r.shaping == pytest.approx(-0.1 * STAGE_POTENTIAL[SeedStage.FOSSILIZED])
-
-
-def test_panic_costs_the_penalty() -> None:
-    r = REWARD(signals(), Decision.wait(), signals(), terminal=True, panic=True)
-    assert r.panic == -5.0
-
-
-def test_sparse_mode_pays_only_at_the_end() -> None:
-    sparse = RewardFunction(RewardConfig(mode="sparse", gamma=GAMMA), GAMMA)
-    state = signals({"early": SeedStage.BLENDING}, params=100, val_accuracy=40.0)
-    after = signals({"early": SeedStage.BLENDING}, params=100, val_accuracy=45.0)
-    assert sparse(state, Decision.wait(), after, terminal=False).total == 0.0
-    end = sparse(state, Decision.wait(), after, terminal=True)
-    assert end.terminal == pytest.approx(0.1 * 45.0 - 0.5 * 0.1 * after.max_epochs)
-    assert end.total == end.terminal
+@settings(max_examples=300, deadline=None)
+@given(trajectories(accuracy=50.0), st.floats(0.0, 5.0), st.sampled_from([1.0, 0.99, 0.9]))
+def test_a_seed_that_does_nothing_never_earns_a_positive_return(path, price, gamma) -> None:
+    """Seeds that change no accuracy, through any lifecycle path, kept or culled: the return is
+    at most 0 (exactly 0 when nothing is kept at gamma 1), for any shaping discount."""
+    reward = RewardFunction(RewardConfig(param_price=price, gamma=gamma), ppo_gamma=gamma)
+    total = episode_return(reward, path)
+    assert total <= 1e-9
+    if gamma == 1.0 and path[-1].seed_params == 0:
+        assert math.isclose(total, 0.0, abs_tol=1e-9)
 
 
 # A seed's life in one slot, as the stages it passes through before being culled.
@@ -128,50 +128,97 @@ lives = st.lists(st.sampled_from(LIVE), min_size=1, max_size=12)
 
 
 @settings(max_examples=200, deadline=None)
-@given(lives, st.sampled_from(SLOTS), st.floats(0.5, 1.0))
-def test_germinate_then_cull_earns_no_net_shaping(stages, name, gamma) -> None:
-    """From empty to empty, discounted shaping telescopes to exactly 0, and undiscounted it is <= 0."""
+@given(lives, st.sampled_from(SLOTS), st.floats(0.5, 1.0), st.integers(0, 3000))
+def test_germinate_then_cull_earns_nothing_but_the_accuracy_it_caused(stages, name, gamma, params) -> None:
+    """From empty to empty: discounted shaping telescopes to exactly 0 (undiscounted, to <= 0),
+    and the parameter cost is refunded at the cull."""
     reward = RewardFunction(RewardConfig(gamma=gamma), ppo_gamma=gamma)
-    path = [signals(), *(signals({name: stage}) for stage in stages), signals({name: SeedStage.CULLED})]
-    decisions = [
-        Decision(LifecycleOp.GERMINATE, name, "conv_light", BlendSchedule.LINEAR),
-        *([Decision.wait()] * (len(stages) - 1)),
-        Decision(LifecycleOp.CULL, name),
-    ]
-    shaping = [
-        reward(s, d, nxt, terminal=False).shaping for s, d, nxt in zip(path[:-1], decisions, path[1:], strict=True)
-    ]
-    discounted = sum(gamma**t * f for t, f in enumerate(shaping))
-    assert math.isclose(discounted, 0.0, abs_tol=1e-9)
-    assert sum(shaping) <= 1e-12
-
-
-@settings(max_examples=200, deadline=None)
-@given(lives, st.floats(-10, 10), st.floats(0, 500))
-def test_no_germinate_cull_cycle_is_profitable_beyond_accuracy(stages, contribution, params) -> None:
-    """Every non-accuracy term of a cycle sums to <= 0: shaping nets out, rent and attribution only cost."""
-    name = "mid"
     path = [
         signals(),
-        *(signals({name: s}, contributions={name: contribution}, params=int(params)) for s in stages),
+        *(signals({name: stage}, params=params) for stage in stages),
         signals({name: SeedStage.CULLED}),
     ]
-    decisions = [
-        Decision(LifecycleOp.GERMINATE, name, "conv_light", BlendSchedule.LINEAR),
-        *([Decision.wait()] * (len(stages) - 1)),
-        Decision(LifecycleOp.CULL, name),
-    ]
-    total = 0.0
-    for s, d, nxt in zip(path[:-1], decisions, path[1:], strict=True):
-        r = REWARD(s, d, nxt, terminal=False)
-        total += r.total - r.accuracy
-    assert total <= 1e-9
+    parts = [reward(s, nxt, terminal=False) for s, nxt in itertools.pairwise(path)]
+    discounted = sum(gamma**t * p.shaping for t, p in enumerate(parts))
+    assert math.isclose(discounted, 0.0, abs_tol=1e-9)
+    assert sum(p.shaping for p in parts) <= 1e-12
+    assert math.isclose(sum(p.parameter_cost for p in parts), 0.0, abs_tol=1e-12)
+    assert all(p.accuracy == 0.0 for p in parts)
+
+
+# --------------------------------------------------------------------------- single steps
+def test_gamma_mismatch_is_a_value_error_not_an_assert() -> None:
+    with pytest.raises(ValueError, match=r"shaping gamma \(0.9\) must equal the PPO gamma \(0.99\)"):
+        RewardFunction(RewardConfig(gamma=0.9), ppo_gamma=0.99)
+    with pytest.raises(ValueError, match="shaping gamma"):
+        TrainerConfig(episodes=1, n_envs=1, reward=RewardConfig(gamma=0.95))
+
+
+def test_the_trainer_defaults_to_an_undiscounted_return() -> None:
+    config = TrainerConfig(episodes=1, n_envs=1)
+    assert config.ppo.gamma == config.reward.gamma == 1.0
+
+
+def test_bad_reward_settings_are_refused() -> None:
+    with pytest.raises(ValueError, match="unknown reward mode 'contribution'; choose from: dense sparse"):
+        RewardConfig(mode="contribution")
+    with pytest.raises(ValueError, match="param_price must be >= 0"):
+        RewardConfig(param_price=-1.0)
+
+
+def test_one_potential_sums_every_slot() -> None:
+    s = signals({"early": SeedStage.TRAINING, "late": SeedStage.FOSSILIZED})
+    assert potential(s) == STAGE_POTENTIAL[SeedStage.TRAINING] + STAGE_POTENTIAL[SeedStage.FOSSILIZED]
+    assert potential(signals()) == 0.0
+
+
+def test_a_germination_pays_the_price_of_its_parameters_once() -> None:
+    before, after = signals(), signals({"early": SeedStage.TRAINING}, params=200)
+    assert REWARD(before, after, terminal=False).parameter_cost == pytest.approx(-0.1 * 1.0 * 200 / HOST_PARAMS)
+    assert REWARD(after, after, terminal=False).parameter_cost == 0.0  # no rent while it stays
+    culled = signals({"early": SeedStage.CULLED})
+    assert REWARD(after, culled, terminal=False).parameter_cost == pytest.approx(0.1 * 200 / HOST_PARAMS)
+
+
+def test_a_seed_that_buys_its_price_is_worth_keeping() -> None:
+    """A seed of 200 parameters on a 1,000-parameter host at price 1 costs 0.2 points: buying
+    0.3 points nets a positive return, 0.1 a negative one."""
+    start = signals(val_accuracy=50.0)
+    for gain, sign in ((0.3, 1), (0.1, -1)):
+        end = signals({"mid": SeedStage.FOSSILIZED}, val_accuracy=50.0 + gain, params=200)
+        assert sign * episode_return(REWARD, [start, end]) > 0
+
+
+def test_accuracy_term_is_the_change_in_selection_accuracy() -> None:
+    r = REWARD(signals(val_accuracy=50.0), signals(val_accuracy=53.0), terminal=False)
+    assert r.accuracy == pytest.approx(0.3)
+
+
+def test_terminal_state_has_zero_potential() -> None:
+    state = signals({"early": SeedStage.FOSSILIZED})
+    r = REWARD(state, state, terminal=True)
+    assert r.shaping == pytest.approx(-0.1 * STAGE_POTENTIAL[SeedStage.FOSSILIZED])
+
+
+def test_panic_costs_the_penalty() -> None:
+    r = REWARD(signals(), signals(), terminal=True, panic=True)
+    assert r.panic == -5.0
+
+
+def test_sparse_mode_pays_the_objective_only_at_the_end() -> None:
+    sparse = RewardFunction(RewardConfig(mode="sparse"), 1.0)
+    state = signals({"early": SeedStage.BLENDING}, params=100, val_accuracy=40.0)
+    after = signals({"early": SeedStage.BLENDING}, params=100, val_accuracy=45.0)
+    assert sparse(state, after, terminal=False).total == 0.0
+    end = sparse(state, after, terminal=True)
+    assert end.terminal == pytest.approx(0.1 * (45.0 - 1.0 * 100 / HOST_PARAMS))
+    assert end.total == end.terminal
 
 
 def test_breakdown_total_is_the_sum_of_its_parts() -> None:
-    state = signals({"early": SeedStage.PROBATIONARY}, contributions={"early": 3.0}, params=100)
-    after = signals({"early": SeedStage.FOSSILIZED}, params=100, val_accuracy=52.0)
-    r = REWARD(state, Decision(LifecycleOp.FOSSILIZE, "early"), after, terminal=False)
+    state = signals({"early": SeedStage.PROBATIONARY}, params=100)
+    after = signals({"early": SeedStage.FOSSILIZED}, params=300, val_accuracy=52.0)
+    r = REWARD(state, after, terminal=False)
     parts = dataclasses.asdict(r)
     assert r.total == pytest.approx(sum(parts.values()))
     assert r.to_json() == parts

@@ -151,9 +151,31 @@ def test_inactive_heads_contribute_nothing() -> None:
 def test_at_the_old_policy_the_surrogate_is_minus_the_advantage() -> None:
     new, _, active, entropies, adv, values, old_values, returns = loss_inputs()
     out = ppo_loss(new, new.detach(), active, entropies, adv, values, old_values, returns, PPOLossConfig())
-    expected = -(adv[:, None] * active.float()).sum() / adv.numel()
-    torch.testing.assert_close(out.policy_loss, expected)
+    torch.testing.assert_close(out.policy_loss, -adv.mean())
     assert out.approx_kl.item() == pytest.approx(0.0, abs=1e-7) and out.clipfrac.item() == 0.0
+
+
+def test_one_trust_region_per_step_on_the_joint_ratio_of_its_active_heads() -> None:
+    """Step 0: four active heads, each moved by a ratio of 1.15. No head alone leaves [0.8, 1.2],
+    but the step's action did: its joint ratio is 1.15^4 = 1.749, so it is clipped. Step 1: one
+    active head at 1.1 (the others, inactive, moved wildly and count for nothing): not clipped."""
+    per_head = math.log(1.15)
+    old = torch.zeros(2, 4)
+    new = torch.tensor([[per_head] * 4, [math.log(1.1), 9.0, -9.0, 9.0]], requires_grad=True)
+    active = torch.tensor([[True] * 4, [True, False, False, False]])
+    adv = torch.tensor([1.0, 1.0])
+    values = torch.zeros(2, requires_grad=True)
+    entropies = torch.zeros(2, 4)
+    out = ppo_loss(new, old, active, entropies, adv, values, values.detach(), torch.zeros(2), PPOLossConfig())
+    joint = 1.15**4
+    # step 0 is clipped at 1 + 0.2 (no gradient), step 1 is not
+    torch.testing.assert_close(out.policy_loss, torch.tensor(-(1.2 + 1.1) / 2))
+    out.policy_loss.backward()
+    assert torch.all(new.grad[0] == 0) and new.grad[1, 0] != 0 and torch.all(new.grad[1, 1:] == 0)
+    # per-step k3 KL and clip fraction, as their names say
+    expected_kl = ((joint - 1 - math.log(joint)) + (0.1 - math.log(1.1))) / 2
+    assert out.approx_kl.item() == pytest.approx(expected_kl, rel=1e-5)
+    assert out.clipfrac.item() == pytest.approx(0.5)
 
 
 def test_huge_log_ratios_stay_finite() -> None:

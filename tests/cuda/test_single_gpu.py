@@ -74,3 +74,37 @@ def test_policy_logits_stay_float32_under_autocast() -> None:
     assert all(lg.dtype == torch.float32 for lg in logits) and values.dtype == torch.float32
     dist = MaskedCategorical(logits[0][0].bfloat16(), torch.ones(2, 4, dtype=torch.bool, device=CUDA))
     assert dist.log_probs_all.dtype == torch.float32
+
+
+def test_training_accumulators_are_created_on_the_env_stream(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The epoch's running sums are zeroed on the stream that updates them, so no other stream's
+    zero-fill can race the first update."""
+    from esper.tolaria import environment, training
+
+    streams = []
+    original = training.TrainingEpoch.__init__
+
+    def recording_init(self, *args, **kwargs):
+        streams.append(torch.cuda.current_stream(CUDA))
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(environment.TrainingEpoch, "__init__", recording_init)
+    env = make_env(max_epochs=2, device=CUDA)
+    env.reset(0)
+    env.step(Decision.wait())
+    assert streams == [env.stream]
+
+
+def test_the_counterfactual_on_cuda_equals_the_one_on_cpu() -> None:
+    """The fused measurement (BatchNorm statistics recomputed per arm) on the env's stream gives
+    the CPU's numbers."""
+    results = []
+    for device in (torch.device("cpu"), CUDA):
+        env = make_env(max_epochs=8, device=device)
+        env.reset(0)
+        env.step(Decision(LifecycleOp.GERMINATE, "mid", "conv_light"))
+        while env.model.slot("mid").alpha == 0.0 or env.signals.slot("mid").contribution is None:
+            env.step(Decision.wait())
+        results.append((env.signals.val_accuracy, env.signals.slot("mid").contribution))
+    (cpu_acc, cpu_contribution), (gpu_acc, gpu_contribution) = results
+    assert abs(cpu_acc - gpu_acc) <= 2.0 and abs(cpu_contribution - gpu_contribution) <= 2.0

@@ -63,7 +63,7 @@ DEFAULTS: dict[str, Any] = {
     "slots": None,  # all of the host's
     "max_seeds": 6,
     "blueprints": None,  # all of the topology's
-    "reward_mode": "contribution",
+    "reward_mode": "dense",
     "device": "cpu",
     "devices": None,  # --device
     "seed": 0,
@@ -88,7 +88,7 @@ def add_ppo_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--slots", nargs="+", help="slots the policy may use (default: all of the host's)")
     p.add_argument("--max-seeds", type=int, help="most germinations per episode (default 6)")
     p.add_argument("--blueprints", nargs="+", help="blueprints the policy may choose (default: all)")
-    p.add_argument("--reward-mode", help=f"one of: {', '.join(REWARD_MODES)} (default contribution)")
+    p.add_argument("--reward-mode", help=f"one of: {', '.join(REWARD_MODES)} (default dense)")
     p.add_argument("--device", help="device of the policy, and of the envs unless --devices (default cpu)")
     p.add_argument("--devices", nargs="+", help="devices the envs are spread over, round-robin")
     p.add_argument("--seed", type=int, help="seed of the run; episode e trains with seed S + e (default 0)")
@@ -375,7 +375,8 @@ def run_ppo(run: PPORun) -> dict[str, Any]:
     write_json_atomic(run.run_dir / "summary.json", summary)
     print(
         f"done: {learner.round} rounds, {learner.episodes_done} episodes; last round return "
-        f"{last_row['charts/episodic_return']:+.3f}, val accuracy {last_row['charts/final_val_accuracy']:.2f}%; "
+        f"{last_row['charts/episodic_return']:+.3f}, test accuracy {last_row['charts/final_test_accuracy']:.2f}% "
+        f"(val {last_row['charts/final_val_accuracy']:.2f}%); "
         f"summary in {run.run_dir / 'summary.json'}",
         flush=True,
     )
@@ -420,7 +421,8 @@ def start_line(run: PPORun, setup: Setup, learner: Learner, remaining: int) -> s
 def round_line(run: PPORun, learner: Learner, row: dict[str, float]) -> str:
     return (
         f"round {learner.round}: episodes {learner.episodes_done}/{run.config.episodes}  "
-        f"return {row['charts/episodic_return']:+.3f}  val_acc {row['charts/final_val_accuracy']:.2f}%  "
+        f"return {row['charts/episodic_return']:+.3f}  test_acc {row['charts/final_test_accuracy']:.2f}%  "
+        f"val_acc {row['charts/final_val_accuracy']:.2f}%  "
         f"explained_var {row['losses/explained_variance']:+.3f}  "
         f"entropy {row['losses/entropy']:.3f}  SPS {row['charts/SPS']:.2f}"
     )
@@ -435,6 +437,9 @@ def run_summary(
         "obs_dim": setup.layout.obs_dim,
         "action_heads": space_signature(setup.layout, setup.actions)["action_heads"],
         "observation_layout": list(setup.layout.feature_names()),
+        "splits": run.data.split_sizes(),
+        "final_test_accuracy": last_row["charts/final_test_accuracy"],
+        "final_val_accuracy": last_row["charts/final_val_accuracy"],
         "rounds": learner.round,
         "episodes": learner.episodes_done,
         "global_step": learner.global_step,

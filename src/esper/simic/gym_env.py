@@ -12,8 +12,9 @@ batches; other libraries expect the standard `reset`/`step` interface. This adap
   act on (see `action_mask_info`). An action the masks forbid is *not executed*: the step runs
   as WAIT and `info["invalid_action"]` is True. It never raises, so agents that ignore the masks
   (random agents, `check_env`) can still run; the reward is that of the WAIT actually executed.
-- reward: `RewardFunction` on (signals before, decision executed, signals after, terminal,
-  panic). Its shaping term assumes the agent discounts with `reward.gamma` (0.99 by default).
+- reward: `RewardFunction` on (signals before, signals after, terminal, panic). Its shaping term
+  assumes the agent discounts with `reward.gamma` (1 by default: undiscounted, the return of an
+  episode is the objective of `esper.simic.rewards`).
 - episode end: `terminated` at the last epoch (a whole host training run is the episode, the
   epoch fraction is in the observation, and nothing follows it) and at a governor panic (the
   env is built with `end_episode_on_panic=True`). `truncated` is always False.
@@ -112,7 +113,7 @@ class MorphogeneticGymEnv(gymnasium.Env):
         before = self._signals
         result = self.env.step(decision)
         panic = result.panic is not None
-        parts = self.reward_fn(before, decision, result.signals, terminal=result.done, panic=panic)
+        parts = self.reward_fn(before, result.signals, terminal=result.done, panic=panic)
         self._signals = result.signals
         info = self._info()
         info.update(invalid_action=not allowed, panic=panic, reward_parts=parts.to_json())

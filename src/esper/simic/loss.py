@@ -1,4 +1,5 @@
-"""The PPO objective as a composable loss: per-head clipped surrogates, value loss, entropy."""
+"""The PPO objective as a composable loss: one clipped surrogate per step on the joint ratio of
+its active heads, value loss, entropy."""
 
 from __future__ import annotations
 
@@ -30,7 +31,10 @@ class PPOLossOutput:
     head_entropy: torch.Tensor
     """(H,) mean entropy of each head over the steps where it was active."""
     approx_kl: torch.Tensor
+    """Mean over steps of the k3 estimate of KL(old || new) of the whole action of a step (the
+    joint distribution of its active heads), as CleanRL's `approx_kl` is for one head."""
     clipfrac: torch.Tensor
+    """Fraction of steps whose joint ratio lies outside [1 - clip, 1 + clip]."""
 
 
 def ppo_loss(
@@ -46,17 +50,20 @@ def ppo_loss(
 ) -> PPOLossOutput:
     """PPO loss for factored actions. Shapes: per-head tensors (B, H); per-step tensors (B,).
 
-    Each head has its own ratio and clipped surrogate, all weighted by the step's advantage.
-    A head that did not matter for a step's sampled op (`head_active` False, e.g. the blueprint
-    head of a CULL) contributes nothing to that step's policy loss, entropy, KL or clip fraction.
+    One trust region per step: the ratio is that of the step's whole action, the product of the
+    ratios of its active heads (the sum of their log-ratios), and it is clipped once. Clipping
+    each head on its own ratio would let a step with four active heads move its joint ratio to
+    1.2^4 = 2.07 with no head clipped. A head that did not matter for a step's sampled op
+    (`head_active` False, e.g. the blueprint head of a CULL) contributes nothing to that step's
+    ratio, entropy, KL or clip fraction.
     """
-    active = head_active.float()
-    n_active = active.sum().clamp_min(1.0)
-    log_ratio = (new_logprobs.float() - old_logprobs.float()).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    active = head_active.bool()
+    head_log_ratio = torch.where(active, new_logprobs.float() - old_logprobs.float(), 0.0)
+    log_ratio = head_log_ratio.sum(dim=-1).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
     ratio = log_ratio.exp()
-    adv = advantages.float().unsqueeze(-1)
+    adv = advantages.float()
     surrogate = torch.maximum(-adv * ratio, -adv * ratio.clamp(1 - config.clip_coef, 1 + config.clip_coef))
-    policy_loss = (surrogate * active).sum() / advantages.numel()
+    policy_loss = surrogate.mean()
 
     new_values, returns = new_values.float(), returns.float()
     if config.clip_vloss:
@@ -65,10 +72,11 @@ def ppo_loss(
     else:
         value_loss = 0.5 * ((new_values - returns) ** 2).mean()
 
-    entropy = (entropies.float() * active).sum() / advantages.numel()
-    head_entropy = (entropies.float() * active).sum(0) / active.sum(0).clamp_min(1.0)
+    masked_entropies = torch.where(active, entropies.float(), 0.0)
+    entropy = masked_entropies.sum() / advantages.numel()
+    head_entropy = masked_entropies.sum(0) / active.float().sum(0).clamp_min(1.0)
     loss = policy_loss - config.ent_coef * entropy + config.vf_coef * value_loss
     with torch.no_grad():
-        approx_kl = (((ratio - 1) - log_ratio) * active).sum() / n_active  # the k3 estimator
-        clipfrac = (((ratio - 1).abs() > config.clip_coef).float() * active).sum() / n_active
+        approx_kl = ((ratio - 1) - log_ratio).mean()  # the k3 estimator, per step
+        clipfrac = ((ratio - 1).abs() > config.clip_coef).float().mean()
     return PPOLossOutput(loss, policy_loss, value_loss, entropy, head_entropy, approx_kl, clipfrac)

@@ -1,35 +1,49 @@
-"""Rewards for a learned controller, computed from (state, action, next state).
+"""Rewards for a learned controller, computed from (state, next state): what an action did is in
+the state it leads to.
+
+The objective. A controller is judged by the network an episode ends with:
+
+    J = final selection accuracy (points) - param_price x (seed parameters / host parameters)
+
+the accuracy on the selection split (the only split a decision reads), minus a stated price for
+the parameters the seeds added: `param_price` points of accuracy for every host-size of added
+parameters (a seed half the size of the host must buy `param_price / 2` points to be worth
+keeping). Seeds still alive at the end count as kept; culled ones cost nothing.
 
 Two modes behind one interface (`RewardFunction`), configured by `RewardConfig`:
 
-- `contribution` (default), dense, one term per step:
-  - accuracy: `accuracy_weight` x the change in validation accuracy (points). Summed over an
-    episode it telescopes to final minus initial accuracy, the quantity a grower cares about.
-  - attribution, for the slot the action touched only (WAIT touches none): fossilizing a seed
-    earns `attribution_weight` x its counterfactual contribution (the one the gate read, so it is
-    positive); culling a seed costs `attribution_weight` x its positive contribution (throwing
-    away a helping seed). Culling a harmful seed earns nothing here: the accuracy term already
-    pays for the recovery, and paying twice would make germinate-then-cull a profit.
-  - rent: `rent_weight` x the seeds' parameters as a fraction of the host's, every step.
-  - shaping: potential-based (Ng et al. 1999), `gamma * phi(next) - phi(state)` with one
-    potential over all slots, the sum of each seed's stage potential. Culling a seed drops its
-    slot's potential to zero, giving back what its stages earned; terminal states have
-    potential 0. So no germinate/cull cycle earns shaping reward, and the shaping cannot change
-    which policy is optimal. Its gamma must equal the PPO gamma, or the guarantee is void.
-- `sparse`: nothing until the last step, then `accuracy_weight` x the final validation accuracy
-  minus the rent of the parameters kept, for the whole episode.
+- `dense` (default), one term of each kind per step:
+  - accuracy: `accuracy_weight` x the change in selection accuracy (points);
+  - parameter cost: `-accuracy_weight x param_price` x the change in seed parameters / host
+    parameters. A germination pays its price when the seed appears and a cull refunds it, so a
+    seed is paid for exactly once, and only for as long as it stays.
+  Both are differences of J, so over an episode they telescope to
+  `accuracy_weight x (J_end - J_start)`: the undiscounted return ranks episodes exactly as the
+  objective does, a seed that changes no accuracy never earns a positive return, and nothing is
+  paid twice (there is no separate bonus for fossilizing or penalty for culling: the accuracy
+  term already holds what a seed really did).
+  - shaping: potential-based (Ng et al. 1999), `gamma * phi(next) - phi(state)` with one potential
+    over all slots, the sum of each seed's stage potential; terminal states have potential 0.
+    Culling a seed drops its slot's potential to zero, giving back what its stages earned. It
+    re-times reward toward the decisions that earn it without changing which policy is optimal;
+    its discounted sum over an episode is 0, and its undiscounted sum is <= 0. Its gamma must
+    equal the PPO gamma, or the guarantee is void.
+- `sparse`: nothing until the last step, then `accuracy_weight x J_end`.
 
 In both modes a governor panic ends the episode with `-panic_penalty`.
+
+The trainer uses gamma = 1: an episode is one finite host training run with time in the
+observation, so nothing needs discounting, and the undiscounted return is the objective itself.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from esper.leyline import Decision, LifecycleOp, SeedStage
+from esper.leyline import SeedStage
 from esper.tamiyo.signals import TrainingSignals
 
-REWARD_MODES: tuple[str, ...] = ("contribution", "sparse")
+REWARD_MODES: tuple[str, ...] = ("dense", "sparse")
 
 STAGE_POTENTIAL: dict[SeedStage, float] = {
     SeedStage.GERMINATED: 1.0,
@@ -43,15 +57,13 @@ STAGE_POTENTIAL: dict[SeedStage, float] = {
 
 @dataclass(frozen=True)
 class RewardConfig:
-    mode: str = "contribution"
-    gamma: float = 0.99
+    mode: str = "dense"
+    gamma: float = 1.0
     """Discount of the shaping term; must equal the PPO gamma."""
     accuracy_weight: float = 0.1
-    """Reward per point of validation accuracy."""
-    attribution_weight: float = 0.1
-    """Reward per point of counterfactual contribution, at fossilize (+) and at cull (-)."""
-    rent_weight: float = 0.5
-    """Cost per step of seed parameters equal to the host's own (a seed of 2% of the host costs 0.01)."""
+    """Reward per point of the objective (selection accuracy, minus the parameter price)."""
+    param_price: float = 1.0
+    """Points of selection accuracy that added parameters as many as the host's own must buy."""
     shaping_weight: float = 0.1
     """Scale of the stage potential."""
     panic_penalty: float = 5.0
@@ -61,13 +73,14 @@ class RewardConfig:
             raise ValueError(f"unknown reward mode {self.mode!r}; choose from: {' '.join(REWARD_MODES)}")
         if not 0.0 <= self.gamma <= 1.0:
             raise ValueError(f"reward gamma must be in [0, 1], got {self.gamma}")
+        if self.param_price < 0:
+            raise ValueError(f"param_price must be >= 0, got {self.param_price}")
 
 
 @dataclass(frozen=True)
 class RewardBreakdown:
     accuracy: float = 0.0
-    attribution: float = 0.0
-    rent: float = 0.0
+    parameter_cost: float = 0.0
     shaping: float = 0.0
     panic: float = 0.0
     terminal: float = 0.0
@@ -75,7 +88,7 @@ class RewardBreakdown:
 
     @property
     def total(self) -> float:
-        return self.accuracy + self.attribution + self.rent + self.shaping + self.panic + self.terminal
+        return self.accuracy + self.parameter_cost + self.shaping + self.panic + self.terminal
 
     def to_json(self) -> dict[str, float]:
         return asdict(self)
@@ -91,8 +104,14 @@ def seed_param_share(signals: TrainingSignals) -> float:
     return signals.seed_params / max(signals.host_params, 1)
 
 
+def objective(signals: TrainingSignals, param_price: float) -> float:
+    """J: selection accuracy (points) minus the price of the parameters the seeds add."""
+    return signals.val_accuracy - param_price * seed_param_share(signals)
+
+
 class RewardFunction:
-    """`reward(state, decision, next_state, terminal, panic)`: one step's reward and its parts."""
+    """`reward(state, next_state, terminal, panic)`: one step's reward and its parts. The action
+    taken between the two states needs no term of its own: what it did is in the next state."""
 
     def __init__(self, config: RewardConfig, ppo_gamma: float) -> None:
         if config.gamma != ppo_gamma:
@@ -105,7 +124,6 @@ class RewardFunction:
     def __call__(
         self,
         state: TrainingSignals,
-        decision: Decision,
         next_state: TrainingSignals,
         terminal: bool,
         panic: bool = False,
@@ -113,27 +131,14 @@ class RewardFunction:
         c = self.config
         penalty = -c.panic_penalty if panic else 0.0
         if c.mode == "sparse":
-            if not terminal:
-                return RewardBreakdown(panic=penalty)
-            end = c.accuracy_weight * next_state.val_accuracy
-            end -= c.rent_weight * seed_param_share(next_state) * next_state.max_epochs
+            end = c.accuracy_weight * objective(next_state, c.param_price) if terminal else 0.0
             return RewardBreakdown(terminal=end, panic=penalty)
         next_potential = 0.0 if terminal else potential(next_state)
         return RewardBreakdown(
             accuracy=c.accuracy_weight * (next_state.val_accuracy - state.val_accuracy),
-            attribution=c.attribution_weight * touched_slot_attribution(state, decision),
-            rent=-c.rent_weight * seed_param_share(next_state),
+            parameter_cost=-c.accuracy_weight
+            * c.param_price
+            * (seed_param_share(next_state) - seed_param_share(state)),
             shaping=c.shaping_weight * (c.gamma * next_potential - potential(state)),
             panic=penalty,
         )
-
-
-def touched_slot_attribution(state: TrainingSignals, decision: Decision) -> float:
-    """The counterfactual credit of the slot `decision` acted on, read from the state it acted on."""
-    if decision.op not in (LifecycleOp.FOSSILIZE, LifecycleOp.CULL):
-        return 0.0
-    assert decision.slot is not None  # Decision guarantees a slot for every op but WAIT
-    contribution = state.slot(decision.slot).contribution
-    if contribution is None:
-        return 0.0
-    return contribution if decision.op is LifecycleOp.FOSSILIZE else -max(contribution, 0.0)

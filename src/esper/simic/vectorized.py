@@ -54,7 +54,9 @@ class TrainerConfig:
     seed: int = 0
     hidden: int = 128
     reward: RewardConfig = field(default_factory=RewardConfig)
-    ppo: PPOConfig = field(default_factory=PPOConfig)
+    ppo: PPOConfig = field(default_factory=lambda: PPOConfig(gamma=1.0))
+    """gamma 1: an episode is one finite host training run with time in the observation, so
+    the undiscounted return is the objective itself (`esper.simic.rewards`)."""
 
     def __post_init__(self) -> None:
         if self.episodes < 1:
@@ -309,7 +311,7 @@ def reward_and_store(
     rewards, terminated = [], []
     for i, decision, result in zip(ids, decisions, results, strict=True):
         panic = result.panic is not None
-        parts = setup.reward(rs.signals[i], decision, result.signals, terminal=result.done, panic=panic)
+        parts = setup.reward(rs.signals[i], result.signals, terminal=result.done, panic=panic)
         rewards.append(parts.total)
         terminated.append(result.done)
         rs.returns[i] += parts.total
@@ -337,7 +339,11 @@ def reward_and_store(
 
 
 def finish_round(setup: Setup, learner: Learner, rs: RoundState) -> tuple[UpdateStats, dict[str, float]]:
-    """GAE (every episode ended as a terminal, so nothing bootstraps), the PPO update, metrics."""
+    """GAE (every episode ended as a terminal, so nothing bootstraps), the PPO update, metrics.
+
+    Each env's test accuracy is measured here, after its episode and outside anything the policy
+    sees or is rewarded for: it is reported, never learned from."""
+    test_accuracy = [env.evaluate_test().accuracy for env in rs.envs]
     ppo = setup.config.ppo
     lr, ent_coef = ppo.schedule(learner.round)
     for group in learner.optimizer.param_groups:
@@ -351,7 +357,9 @@ def finish_round(setup: Setup, learner: Learner, rs: RoundState) -> tuple[Update
     learner.episodes_done += len(rs.envs) * ctx.world_size
     learner.global_step += int(ctx.all_reduce_sum(torch.tensor(float(steps))))
     seconds = time.perf_counter() - rs.started
-    row = reduce_metrics(ctx, round_metrics(learner, rs, stats, steps, seconds, lr, ent_coef))
+    row = round_metrics(learner, rs, stats, steps, seconds, lr, ent_coef)
+    row["charts/final_test_accuracy"] = sum(test_accuracy) / len(test_accuracy)
+    row = reduce_metrics(ctx, row)
     return stats, row
 
 

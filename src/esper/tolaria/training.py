@@ -158,7 +158,7 @@ class TrainingEpoch:
         )
 
 
-class _BatchNormMoments:
+class BatchNormMoments:
     """Per-channel moments of the inputs of some BatchNorm layers, pooled over calibration batches.
 
     Each batch runs the layers in training mode (normalising by the batch's own statistics, as
@@ -221,10 +221,10 @@ def recalibrate_batchnorm(
     layers downstream of its slot, are returned as a forward argument and never touch a module.
     The prefix before an ablated slot is computed once and shared, as in `validate`.
     """
-    model_moments = _BatchNormMoments(model.batchnorm_layers())
+    model_moments = BatchNormMoments(model.batchnorm_layers())
     if not model_moments.layers:
         return {}
-    arm_moments = {name: _BatchNormMoments(model.batchnorm_layers(after_slot=name)) for name in ablate}
+    arm_moments = {name: BatchNormMoments(model.batchnorm_layers(after_slot=name)) for name in ablate}
     model.train()  # BatchNorm normalises by batch statistics; TRAINING-stage seeds stay out (no grad)
     try:
         for x, _ in _nonempty(batches, "calibration"):
