@@ -2,8 +2,10 @@
 
 Runs `esper ppo` on the embedded image task for `--rounds` rounds of `--n-envs` episodes and
 prints one JSON object: `first_quarter_return` and `last_quarter_return` (mean episodic return
-over the first and last quarter of rounds), `explained_variance` (the last round's), and the
-run directory, which keeps metrics.jsonl, summary.json and checkpoints for inspection.
+over the first and last quarter of rounds: with the default reward, 0.1 x the objective gain of
+an episode), `explained_variance` (the last round's), the test and selection accuracy of the
+first and last quarters, and the run directory, which keeps metrics.jsonl, summary.json and
+checkpoints for inspection.
 
 Episodes are shorter than the task's default (`--max-epochs 20`) so that enough rounds fit in
 a CPU budget; the lifecycle still has time to fossilize seeds germinated in the first half.
@@ -77,8 +79,11 @@ def main() -> int:
         "first_quarter_return": round(first, 4),
         "last_quarter_return": round(last, 4),
         "explained_variance": round(rows[-1]["losses/explained_variance"], 4),
+        "first_quarter_test_accuracy": round(quarter_means([r["charts/final_test_accuracy"] for r in rows])[0], 3),
+        "last_quarter_test_accuracy": round(quarter_means([r["charts/final_test_accuracy"] for r in rows])[1], 3),
         "first_quarter_val_accuracy": round(quarter_means([r["charts/final_val_accuracy"] for r in rows])[0], 3),
         "last_quarter_val_accuracy": round(quarter_means([r["charts/final_val_accuracy"] for r in rows])[1], 3),
+        "last_round_fossilized": rows[-1]["charts/fossilized_seeds"],
         "last_round_entropy": {k.split("_", 1)[1]: round(v, 4) for k, v in rows[-1].items() if "entropy_" in k},
         "last_round_op_mix": {k.split("op_", 1)[1]: round(v, 3) for k, v in rows[-1].items() if "/op_" in k},
         "seconds": round(time.perf_counter() - start, 1),

@@ -164,6 +164,24 @@ def test_cifar10_corrupt_file(broken: str, workdir: Path, tmp_path: Path, capsys
     assert tree(workdir) == {}
 
 
+def test_cifar10_run_reports_three_splits(workdir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A folder in the real format: the selection split is carved from the training batches (the
+    last tenth), and `test_batch` is the test split, reported once per episode."""
+    root = tmp_path / "data" / "cifar-10-batches-py"
+    root.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    for name, n in (*((f, 40) for f in CIFAR10_TRAIN_FILES), (CIFAR10_TEST_FILE, 30)):
+        entry = {b"data": rng.integers(0, 256, (n, 3072), dtype=np.uint8), b"labels": rng.integers(0, 10, n).tolist()}
+        (root / name).write_bytes(pickle.dumps(entry, protocol=2))
+    run_dir = tmp_path / "run"
+    argv = ["heuristic", "--task", "cifar10", "--data-dir", str(root.parent), "--max-epochs", "1"]
+    assert main([*argv, "--run-dir", str(run_dir), "--quiet"]) == 0
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["splits"] == {"train": 180, "val": 20, "test": 30}
+    assert 0.0 <= summary["final_test_accuracy"] <= 100.0
+    assert summary["episode_results"][0]["final_test_accuracy"] == summary["final_test_accuracy"]
+
+
 def test_textfile_missing_path(workdir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     missing = tmp_path / "stories"
     run_dir = tmp_path / "run"

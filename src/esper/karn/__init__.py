@@ -1,6 +1,8 @@
-"""Karn: run reports. Builds the run directory's `summary.json` from episode outcomes and writes
-files atomically so a crash never leaves a half-written report."""
+"""Karn: run reports. Builds the run directory's `summary.json` from episode outcomes, writes
+files atomically so a crash never leaves a half-written report, and compares runs paired over
+seeds."""
 
 from esper.karn.report import episode_summary, write_json_atomic
+from esper.karn.stats import Estimate, estimate, paired_difference
 
-__all__ = ["episode_summary", "write_json_atomic"]
+__all__ = ["Estimate", "episode_summary", "estimate", "paired_difference", "write_json_atomic"]

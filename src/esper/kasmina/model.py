@@ -40,7 +40,8 @@ class MorphogeneticModel(nn.Module):
 
     The counterfactual is a forward argument: `alpha_overrides={"mid": 0.0}` runs the model as
     if the `mid` seed were absent, without mutating any module, so it is safe under threads,
-    torch.compile and DDP.
+    torch.compile and DDP. So are BatchNorm statistics (`batchnorm_stats`): an ablated arm is
+    measured with the statistics of its own network, not those collected with the seed in place.
     """
 
     def __init__(self, host: Host, thresholds: GateThresholds | None = None) -> None:
