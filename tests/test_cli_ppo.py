@@ -11,6 +11,7 @@ import torch
 
 from conftest import tiny_shapes_task, tiny_text_task, tree
 from esper.scripts.train import main
+from esper.simic.checkpoint import CHECKPOINT_FORMAT
 from esper.simic.vectorized import TIMING_METRICS
 from esper.tolaria import TASKS
 from test_cli import check_usage_error
@@ -148,5 +149,14 @@ def test_resume_from_a_missing_corrupt_or_mismatched_checkpoint(
 def test_a_pickled_object_in_a_checkpoint_is_refused(tiny_tasks, workdir: Path, tmp_path: Path, capsys) -> None:
     """weights_only=True: a checkpoint carrying arbitrary Python objects never runs their code."""
     evil = tmp_path / "evil.pt"
-    torch.save({"format": 1, "payload": Path("/")}, evil)
+    torch.save({"format": CHECKPOINT_FORMAT, "payload": Path("/")}, evil)
     check_usage_error(capsys, ["ppo", "--resume", str(evil)], "evil.pt", "corrupt or unreadable")
+
+
+def test_a_checkpoint_of_an_older_format_is_refused_in_one_line(
+    tiny_tasks, workdir: Path, tmp_path: Path, capsys
+) -> None:
+    """A format-1 checkpoint holds reward settings that no longer exist: one line, not a TypeError."""
+    old = tmp_path / "old.pt"
+    torch.save({"format": 1, "trainer": {"reward": {"mode": "contribution", "rent_weight": 0.5}}}, old)
+    check_usage_error(capsys, ["ppo", "--resume", str(old)], "old.pt", "format 1", "format 2")

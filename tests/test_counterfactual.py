@@ -19,13 +19,13 @@ from esper.kasmina import CNNHost, GateInputs, MorphogeneticModel, TransformerHo
 from esper.leyline import BlendSchedule, Decision, SeedStage
 from esper.tolaria import get_task
 from esper.tolaria.datasets import load_shapes
-from esper.tolaria.training import recalibrate_batchnorm, validate
+from esper.tolaria.training import ArmStatistics, recalibrate_batchnorm, validate
 
 
-def accuracy_of(model: MorphogeneticModel, batches, overrides=None) -> float:
+def accuracy_of(model: MorphogeneticModel, batches, overrides=None, batchnorm_stats=None) -> float:
     model.eval()
     with torch.no_grad():
-        correct = sum((model(x, overrides).argmax(-1) == y).sum().item() for x, y in batches)
+        correct = sum((model(x, overrides, batchnorm_stats).argmax(-1) == y).sum().item() for x, y in batches)
         total = sum(y.numel() for _, y in batches)
     return 100.0 * correct / total
 
@@ -63,15 +63,19 @@ def test_a_seed_with_no_real_effect_reads_zero_where_stale_statistics_read_many_
         slot.tick(GateInputs(contribution=1.0, grad_norm=1.0))
     val_batches = list(env.data.val_batches(500))
     calibration = list(env.data.calibration_batches(500))
-    validate(model, val_batches, (), calibration=calibration)  # the seed's own statistics: those of h
+    seed_input = recalibrate_batchnorm(model, calibration, ()).model  # the seed's own: statistics of h
     norm = slot.seed.norm
     with torch.no_grad():  # gamma = std, beta = mean: the seed outputs its input exactly
+        norm.running_mean.copy_(seed_input["slots.mid.seed.norm.running_mean"])
+        norm.running_var.copy_(seed_input["slots.mid.seed.norm.running_var"])
         norm.weight.copy_((norm.running_var + norm.eps).sqrt())
         norm.bias.copy_(norm.running_mean)
 
     stats = validate(model, val_batches, ("mid",), calibration=calibration)
     contribution = stats.contribution("mid")
-    stale = stats.accuracy - accuracy_of(model, val_batches, {"mid": 0.0})  # the old measurement
+    # the old measurement: alpha 0 under the statistics the network with the seed has
+    with_seed = recalibrate_batchnorm(model, calibration, ()).model
+    stale = stats.accuracy - accuracy_of(model, val_batches, {"mid": 0.0}, with_seed)
     train_batches = list(env.data.train_batches(100, torch.Generator().manual_seed(1)))
     real = resettled_accuracy(model, train_batches, val_batches, None) - resettled_accuracy(
         model, train_batches, val_batches, "mid"
@@ -83,9 +87,10 @@ def test_a_seed_with_no_real_effect_reads_zero_where_stale_statistics_read_many_
     assert stale > 3.0  # stale statistics read a large effect that is not there
 
 
-def test_recalibration_leaves_only_the_models_own_statistics_behind() -> None:
-    """The model's buffers end up with its own network's statistics (what `update_bn` computes);
-    no ablated arm's statistics leak into any module."""
+@pytest.mark.parametrize("mode", ["train", "eval"])
+def test_recalibration_writes_no_module_state(mode: str) -> None:
+    """The statistics come back as forward arguments (the model's own equal to what `update_bn`
+    computes); no buffer changes, and the train/eval mode is put back."""
     torch.manual_seed(0)
     model = MorphogeneticModel(CNNHost(width=4))
     for name in ("early", "mid"):
@@ -96,18 +101,27 @@ def test_recalibration_leaves_only_the_models_own_statistics_behind() -> None:
                 p.add_(0.3 * torch.randn_like(p))
         while slot.stage is not SeedStage.PROBATIONARY:
             slot.tick(GateInputs(contribution=1.0, grad_norm=1.0))
+    model.train(mode == "train")
     calibration = [(torch.randn(64, 3, 16, 16) + 1.0, torch.zeros(64, dtype=torch.long))]
     reference = copy.deepcopy(model)
     update_bn(calibration, reference)
-    arm_stats = recalibrate_batchnorm(model, calibration, ("early", "mid"))
-    for name, buffer in model.named_buffers():
-        if name.endswith(("running_mean", "running_var")):
-            torch.testing.assert_close(buffer, reference.get_buffer(name), msg=name)
-    assert set(arm_stats) == {"early", "mid"}
+    before = {k: v.clone() for k, v in model.state_dict().items() if isinstance(v, torch.Tensor)}
+    stats = recalibrate_batchnorm(model, calibration, ("early", "mid"))
+    validate(model, calibration, ("early", "mid"), calibration=calibration)
+    after = model.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    running = [k for k in before if k.endswith(("running_mean", "running_var"))]
+    assert sorted(stats.model) == sorted(running)
+    for key in running:
+        torch.testing.assert_close(stats.model[key], reference.get_buffer(key), msg=key)
+    assert set(stats.ablated) == {"early", "mid"}
     # an arm covers exactly the layers downstream of its slot: the mid arm never reaches early's seed
-    assert not any(key.startswith(("host.segments.0.", "host.segments.1.", "slots.early.")) for key in arm_stats["mid"])
-    assert any(key.startswith("slots.mid.") for key in arm_stats["early"])
-    assert not model.training
+    mid_arm = stats.ablated["mid"]
+    assert not any(key.startswith(("host.segments.0.", "host.segments.1.", "slots.early.")) for key in mid_arm)
+    assert any(key.startswith("slots.mid.") for key in stats.ablated["early"])
+    model.train(mode == "train")
+    recalibrate_batchnorm(model, calibration, ())
+    assert model.training is (mode == "train")
 
 
 def test_pooled_statistics_over_batches_match_one_batch_of_everything() -> None:
@@ -115,11 +129,11 @@ def test_pooled_statistics_over_batches_match_one_batch_of_everything() -> None:
     model = MorphogeneticModel(CNNHost(width=4))
     images = torch.randn(120, 3, 16, 16) * 1.5 + 0.3
     labels = torch.zeros(120, dtype=torch.long)
-    recalibrate_batchnorm(model, [(images, labels)], ())
-    whole = {k: v.clone() for k, v in model.named_buffers() if k.endswith(("running_mean", "running_var"))}
-    recalibrate_batchnorm(model, [(images[i : i + 40], labels[i : i + 40]) for i in range(0, 120, 40)], ())
+    whole = recalibrate_batchnorm(model, [(images, labels)], ()).model
+    batched = recalibrate_batchnorm(model, [(images[i : i + 40], labels[i : i + 40]) for i in range(0, 120, 40)], ())
+    assert sorted(whole) == sorted(batched.model)
     for key, value in whole.items():
-        torch.testing.assert_close(model.get_buffer(key), value, rtol=0.03, atol=1e-4, msg=key)
+        torch.testing.assert_close(batched.model[key], value, rtol=0.03, atol=1e-4, msg=key)
 
 
 def test_a_batchnorm_model_without_calibration_data_is_refused() -> None:
@@ -136,5 +150,5 @@ def test_a_model_without_batchnorm_needs_no_calibration() -> None:
     model = MorphogeneticModel(TransformerHost(block_size=8, d_model=32, n_layer=3, n_slots=3))
     idx = torch.randint(0, 256, (4, 8))
     stats = validate(model, [(idx, idx)], ())
-    assert recalibrate_batchnorm(model, [(idx, idx)], ()) == {}
+    assert recalibrate_batchnorm(model, [(idx, idx)], ()) == ArmStatistics({}, {})
     assert 0.0 <= stats.accuracy <= 100.0

@@ -22,6 +22,7 @@ from esper.tolaria.datasets import (
     procedural_shapes,
     pydoc_topics_bytes,
     random_crop_flip,
+    split_tokens,
 )
 
 # --------------------------------------------------------------------------- CIFAR-10 fixtures
@@ -368,6 +369,19 @@ def counting_token_data(
         train_windows_per_epoch=windows,
         max_eval_windows=max_val,
     )
+
+
+def test_token_splits_report_the_tokens_scored() -> None:
+    data = counting_token_data(n_train=500, n_val=300, block=8, max_val=5)
+    assert data.split_sizes() == {"train": 500, "val": 5 * 8, "test": 5 * 8}
+    uncapped = counting_token_data(n_train=500, n_val=300, block=8)
+    assert uncapped.split_sizes() == {"train": 500, "val": (299 // 8) * 8, "test": (299 // 8) * 8}
+
+
+@pytest.mark.parametrize(("val", "test"), [(-0.1, 0.1), (0.1, 1.0), (0.6, 0.4), (0.5, 0.7)])
+def test_split_fractions_must_leave_training_text(val: float, test: float) -> None:
+    with pytest.raises(ValueError, match="fraction"):
+        split_tokens(b"x" * 1000, val, test)
 
 
 def test_token_train_batches_are_shifted_windows_of_the_corpus() -> None:

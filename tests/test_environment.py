@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from conftest import make_env, tiny_text_task
 from esper.kasmina import GateRefused
-from esper.leyline import Decision, InvalidDecision, LifecycleOp, SeedStage
+from esper.leyline import Decision, GateThresholds, InvalidDecision, LifecycleOp, SeedStage
+from esper.tolaria.environment import VALIDATION_BATCH_SIZE
+from esper.tolaria.training import validate
 
 
 def run(env, decisions):
@@ -126,3 +129,28 @@ def test_lifecycle_is_identical_with_and_without_telemetry(tmp_path) -> None:
     assert [r.signals for r in silent] == [r.signals for r in logged]
     assert [r.changes for r in silent] == [r.changes for r in logged]
     assert (tmp_path / "events.jsonl").read_text().count('"kind": "stage_change"') >= 3
+
+
+def test_after_a_gate_culls_a_blended_seed_the_signals_measure_the_model_left() -> None:
+    """A probationary seed culled by its gate was in the model the epoch's measurement saw; the
+    step reports a new measurement of the model left."""
+    thresholds = GateThresholds(probation_cull_contribution=1e9)  # every probationary seed is culled
+    env = make_env(max_epochs=12, thresholds=thresholds)
+    env.reset(0)
+    env.step(Decision(LifecycleOp.GERMINATE, "mid", "conv_light"))
+    with torch.no_grad():  # a seed that changes the output a lot
+        for p in env.model.slot("mid").seed.parameters():
+            p.add_(2.0 * torch.randn_like(p))
+    for _ in range(10):
+        result = env.step(Decision.wait())
+        if env.model.slot("mid").seed is None:
+            break
+    assert [(s, c.target) for s, c in result.changes] == [("mid", SeedStage.CULLED)]
+    left = validate(
+        env.model,
+        env.data.val_batches(VALIDATION_BATCH_SIZE),
+        (),
+        calibration=env.data.calibration_batches(VALIDATION_BATCH_SIZE),
+    )
+    assert result.signals.val_loss == pytest.approx(left.loss)
+    assert result.signals.val_accuracy == pytest.approx(left.accuracy)

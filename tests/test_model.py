@@ -217,14 +217,16 @@ def test_fused_counterfactual_equals_recalibrated_copies() -> None:
     calibration = [(torch.randn(80, 3, 16, 16, generator=g) * 2 + 0.5, torch.zeros(80, dtype=torch.long))]
     names = model.blended_slots()
     assert names == ("early", "mid", "late")
-    arm_stats = recalibrate_batchnorm(model, calibration, names)
+    stats = recalibrate_batchnorm(model, calibration, names)
+    model.eval()
     with torch.no_grad():
-        out, ablated = model.forward_with_ablations(x, names, ablated_batchnorm_stats=arm_stats)
+        out, ablated = model.forward_with_ablations(x, names, stats.model, stats.ablated)
         torch.testing.assert_close(out, recalibrated_copy(model, calibration, None)(x))
+        torch.testing.assert_close(model(x, batchnorm_stats=stats.model), out)
         for name in names:
             naive = recalibrated_copy(model, calibration, name)(x)
             torch.testing.assert_close(ablated[name], naive)
-            torch.testing.assert_close(model(x, {name: 0.0}, arm_stats[name]), naive)
+            torch.testing.assert_close(model(x, {name: 0.0}, {**stats.model, **stats.ablated[name]}), naive)
             if name != "late":  # BatchNorm downstream: the model's own statistics are stale for this arm
                 assert (model(x, {name: 0.0}) - naive).abs().max() > 0.1
 

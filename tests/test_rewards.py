@@ -96,11 +96,11 @@ def test_the_return_of_an_episode_is_its_objective_gain(path, price, weight) -> 
 
 
 @settings(max_examples=300, deadline=None)
-@given(trajectories(), trajectories(), st.floats(0.0, 5.0))
-def test_higher_final_accuracy_at_equal_parameters_earns_a_higher_return(a, b, price) -> None:
+@given(trajectories(), trajectories(), st.floats(0.0, 5.0), st.sampled_from(["dense", "sparse"]))
+def test_higher_final_accuracy_at_equal_parameters_earns_a_higher_return(a, b, price, mode) -> None:
     """Two episodes from the same start that end with the same parameters: the one that ends
     more accurate on the selection split earns more, whatever happened on the way."""
-    reward = RewardFunction(RewardConfig(param_price=price), ppo_gamma=1.0)
+    reward = RewardFunction(RewardConfig(mode=mode, param_price=price), ppo_gamma=1.0)
     b = [a[0], *b[1:]]
     end = dataclasses.replace(b[-1], slots=a[-1].slots, seed_params=a[-1].seed_params)
     b[-1] = end

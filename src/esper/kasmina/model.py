@@ -19,8 +19,10 @@ SLOTS = "slots"
 BatchNormStats = Mapping[str, torch.Tensor]
 """Running statistics of some BatchNorm layers of a model, by qualified buffer name
 (`host.segments.2.0.running_mean`, `slots.mid.seed.1.running_var`). A forward argument, like
-the alpha overrides: a counterfactual arm is measured with the statistics of its own network
-without any module being changed."""
+the alpha overrides: a counterfactual arm is measured with the statistics of its own network,
+and no module's buffers are written. (`torch.func.functional_call` swaps the given tensors into
+the segment or slot for the duration of its call, so a module must not run in two threads at
+once with different statistics.)"""
 
 
 def _stats_by_part(stats: BatchNormStats | None) -> dict[str, dict[str, torch.Tensor]]:
@@ -40,8 +42,9 @@ class MorphogeneticModel(nn.Module):
 
     The counterfactual is a forward argument: `alpha_overrides={"mid": 0.0}` runs the model as
     if the `mid` seed were absent, without mutating any module, so it is safe under threads,
-    torch.compile and DDP. So are BatchNorm statistics (`batchnorm_stats`): an ablated arm is
-    measured with the statistics of its own network, not those collected with the seed in place.
+    torch.compile and DDP. BatchNorm statistics are a forward argument too (`batchnorm_stats`): an
+    ablated arm is measured with the statistics of its own network, not those collected with the
+    seed in place.
     """
 
     def __init__(self, host: Host, thresholds: GateThresholds | None = None) -> None:

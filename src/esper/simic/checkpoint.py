@@ -13,7 +13,9 @@ from typing import Any
 
 import torch
 
-CHECKPOINT_FORMAT = 1
+CHECKPOINT_FORMAT = 2
+"""2: the reward is the dense form of the stated objective (issue 8); a format-1 checkpoint's
+reward settings no longer exist, and its policy learned from inflated counterfactuals."""
 
 
 class CheckpointError(ValueError):
@@ -45,8 +47,13 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     except Exception as exc:  # torch raises many types for a damaged file
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise CheckpointError(f"checkpoint {str(path)!r} is corrupt or unreadable: {first_line}") from exc
-    if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
+    if not isinstance(payload, dict) or "format" not in payload:
         raise CheckpointError(f"checkpoint {str(path)!r} is not an Esper checkpoint (format {CHECKPOINT_FORMAT})")
+    if payload["format"] != CHECKPOINT_FORMAT:
+        raise CheckpointError(
+            f"checkpoint {str(path)!r} has format {payload['format']!r}, this Esper reads format {CHECKPOINT_FORMAT} "
+            "(written by an older version: train a new one)"
+        )
     return payload
 
 

@@ -41,6 +41,9 @@ class PPOConfig:
     with `--resume --episodes N` replays the same schedule as a run that asked for N at once."""
     max_grad_norm: float = 0.5
     target_kl: float | None = 0.03
+    """The update stops when the approximate KL passes 1.5 x this. It is the per-step KL of the
+    whole action (all active heads), as CleanRL's is for its single head; before issue 8 it was
+    the mean over heads, a stop about 1.56 times looser on the morphogenetic op mix."""
     norm_adv: bool = True
 
     def __post_init__(self) -> None:

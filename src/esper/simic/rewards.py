@@ -28,7 +28,10 @@ Two modes behind one interface (`RewardFunction`), configured by `RewardConfig`:
     re-times reward toward the decisions that earn it without changing which policy is optimal;
     its discounted sum over an episode is 0, and its undiscounted sum is <= 0. Its gamma must
     equal the PPO gamma, or the guarantee is void.
-- `sparse`: nothing until the last step, then `accuracy_weight x J_end`.
+- `sparse`: nothing until the last step, then `accuracy_weight x J_end`. It differs from the
+  objective gain by `accuracy_weight x J_start`, which the episode's seed alone fixes (every
+  controller starts from the same host), so it ranks the episodes of a seed as the objective
+  does; unlike `dense`, its return is positive whatever the seeds did.
 
 In both modes a governor panic ends the episode with `-panic_penalty`.
 

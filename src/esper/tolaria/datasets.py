@@ -128,8 +128,13 @@ class TokenData:
         )
 
     def split_sizes(self) -> dict[str, int]:
-        """Tokens in each split."""
-        return {"train": self.train_tokens.numel(), "val": self.val_tokens.numel(), "test": self.test_tokens.numel()}
+        """Tokens the training split holds, and tokens scored in the selection and test splits
+        (at most `max_eval_windows` windows of each are read)."""
+        return {
+            "train": self.train_tokens.numel(),
+            "val": self._windows_read(self.val_tokens) * self.block_size,
+            "test": self._windows_read(self.test_tokens) * self.block_size,
+        }
 
     def train_batches(self, batch_size: int, generator: torch.Generator) -> Iterator[Batch]:
         """`train_windows_per_epoch` random windows, as (inputs, next-byte targets)."""
@@ -150,10 +155,13 @@ class TokenData:
     def test_batches(self, batch_size: int) -> Iterator[Batch]:
         return self._windows(self.test_tokens, batch_size)
 
+    def _windows_read(self, tokens: torch.Tensor) -> int:
+        return min((tokens.shape[0] - 1) // self.block_size, self.max_eval_windows)
+
     def _windows(self, tokens: torch.Tensor, batch_size: int) -> Iterator[Batch]:
         """Consecutive non-overlapping windows from the start of `tokens`."""
         t = self.block_size
-        n = min((tokens.shape[0] - 1) // t, self.max_eval_windows)
+        n = self._windows_read(tokens)
         windows = tokens[: n * t + 1]
         xs = windows[:-1].view(n, t)
         ys = windows[1:].view(n, t)
@@ -379,6 +387,11 @@ def _bytes_tensor(data: bytes) -> torch.Tensor:
 def split_tokens(data: bytes, val_fraction: float, test_fraction: float) -> tuple[torch.Tensor, ...]:
     """Train, selection and test tokens: the last `test_fraction` of the bytes is the test split,
     the `val_fraction` before it the selection split."""
+    for name, fraction in (("val_fraction", val_fraction), ("test_fraction", test_fraction)):
+        if not 0.0 <= fraction < 1.0:
+            raise ValueError(f"{name} must be in [0, 1), got {fraction}")
+    if val_fraction + test_fraction >= 1.0:
+        raise ValueError(f"val_fraction + test_fraction must leave training text, got {val_fraction} + {test_fraction}")
     tokens = _bytes_tensor(data)
     n = tokens.numel()
     val_start, test_start = int(n * (1.0 - val_fraction - test_fraction)), int(n * (1.0 - test_fraction))

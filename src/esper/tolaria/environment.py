@@ -201,8 +201,7 @@ class MorphogeneticEnv:
         self._started = time.perf_counter()
         self.tracker.reset()
         self.governor.reset()
-        if self.stream is not None:
-            self.stream.wait_stream(torch.cuda.current_stream(self.config.device))
+        self._join_device_stream()
         with self._on_stream():
             val = self._validate()
         measured = EpochMeasurements(val.loss, val.accuracy, val.loss, val.accuracy)
@@ -237,10 +236,7 @@ class MorphogeneticEnv:
         if self._open is not None:
             raise RuntimeError("begin_step() called twice without end_step()")
         self._check(decision)
-        if self.stream is not None:
-            # Snapshots, restores and allocations ran on the device's current stream: the env's
-            # stream must see them complete before it trains.
-            self.stream.wait_stream(torch.cuda.current_stream(self.config.device))
+        self._join_device_stream()
         self._epoch_before_step = self.epoch
         self.epoch += 1
         try:
@@ -293,8 +289,11 @@ class MorphogeneticEnv:
             panic = self.governor.judge(train.loss, val.loss)
             changes = step.changes
             if panic is None:
-                changes += self._tick(train, val)
+                tick_changes = self._tick(train, val)
+                changes += tick_changes
                 measured = EpochMeasurements(train.loss, train.accuracy, val.loss, val.accuracy)
+                if any(c.target is SeedStage.CULLED and slot in val.ablated_accuracy for slot, c in tick_changes):
+                    val, measured = self._revalidate(measured)  # a gate removed a seed the measurement held
                 self._last_val, self._last_grads = val, train.seed_grad_norm
                 self.governor.record_healthy(train.loss, self._snapshot())
             else:
@@ -339,6 +338,7 @@ class MorphogeneticEnv:
         assert self.model is not None
         if not self.episode_over:
             raise RuntimeError("the test split is read only once an episode is over")
+        self._join_device_stream()
         with self._on_stream():
             return validate(
                 self.model,
@@ -347,6 +347,12 @@ class MorphogeneticEnv:
                 self.config.amp,
                 self.data.calibration_batches(VALIDATION_BATCH_SIZE),
             )
+
+    def _join_device_stream(self) -> None:
+        """Snapshots, restores and allocations run on the device's current stream: the env's
+        stream must see them complete before it trains or measures."""
+        if self.stream is not None:
+            self.stream.wait_stream(torch.cuda.current_stream(self.config.device))
 
     def _on_stream(self) -> contextlib.AbstractContextManager:
         return torch.cuda.stream(self.stream) if self.stream is not None else contextlib.nullcontext()
@@ -421,8 +427,10 @@ class MorphogeneticEnv:
         )
 
     def _revalidate(self, measured: EpochMeasurements) -> tuple[ValidationStats, EpochMeasurements]:
-        """Measure again after a rollback culled a seed: the accuracy reported (and rewarded)
-        must be that of the model left, not of the snapshot that still held the seed."""
+        """Measure again after a cull (by a gate, or by the governor after a rollback) removed a
+        seed that shaped the output: the accuracy reported (and rewarded) must be that of the
+        model left, not of the one that still held the seed."""
+        self._join_device_stream()
         with self._on_stream():
             val = self._validate()
         self._last_val = val

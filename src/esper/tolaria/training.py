@@ -205,26 +205,37 @@ class BatchNormMoments:
         return stats
 
 
+@dataclass(frozen=True)
+class ArmStatistics:
+    """BatchNorm statistics for one measurement: the model's own, and each ablated arm's for
+    the layers downstream of its slot. Both are forward arguments; no module holds them."""
+
+    model: BatchNormStats
+    ablated: dict[str, BatchNormStats]
+
+
 @torch.no_grad()
 def recalibrate_batchnorm(
     model: MorphogeneticModel, batches: Iterable[Batch], ablate: tuple[str, ...], amp: Precision | None = None
-) -> dict[str, BatchNormStats]:
+) -> ArmStatistics:
     """Recompute the BatchNorm statistics of the model and of each ablated arm on `batches`.
 
     Why: in eval mode a BatchNorm layer downstream of a blended seed normalises with statistics
     collected with the seed in place. Forcing alpha to 0 under those statistics feeds the layer a
     distribution it was not calibrated for, and the accuracy drop measures that mismatch, not
     the seed (a `norm` seed that does nothing read +8.5 points that way). So each arm gets the
-    statistics of its own network, from the same training images: the model's are written into
-    its buffers (precise BatchNorm, replacing the running average of the epoch, so the accuracy
-    reported is that of the same procedure as every arm); each ablated arm's, covering only the
-    layers downstream of its slot, are returned as a forward argument and never touch a module.
-    The prefix before an ablated slot is computed once and shared, as in `validate`.
+    statistics of its own network, from the same training images: the model's (precise
+    statistics in place of the running average of the epoch, so that the accuracy reported comes
+    from the same procedure as every arm) and each ablated arm's, covering only the layers
+    downstream of its slot. They are returned, to be passed as forward arguments: the module's
+    buffers are never written, and its train/eval mode is put back as it was. The prefix before
+    an ablated slot is computed once and shared, as in `validate`.
     """
     model_moments = BatchNormMoments(model.batchnorm_layers())
     if not model_moments.layers:
-        return {}
+        return ArmStatistics({}, {})
     arm_moments = {name: BatchNormMoments(model.batchnorm_layers(after_slot=name)) for name in ablate}
+    was_training = model.training
     model.train()  # BatchNorm normalises by batch statistics; TRAINING-stage seeds stay out (no grad)
     try:
         for x, _ in _nonempty(batches, "calibration"):
@@ -236,10 +247,10 @@ def recalibrate_batchnorm(
             for name, moments in arm_moments.items():
                 moments.absorb(arm_buffers[name], x.shape[0])
     finally:
-        model.eval()
-    for key, value in model_moments.statistics().items():
-        model.get_buffer(key).copy_(value)
-    return {name: moments.statistics() for name, moments in arm_moments.items()}
+        model.train(was_training)
+    return ArmStatistics(
+        model_moments.statistics(), {name: moments.statistics() for name, moments in arm_moments.items()}
+    )
 
 
 @torch.no_grad()
@@ -255,21 +266,21 @@ def validate(
     A model with BatchNorm layers first has its statistics, and each ablated arm's, recomputed on
     the `calibration` batches (`recalibrate_batchnorm`); a model without needs none. Each batch
     then runs the model once, and each ablation reruns only the part of the network after its
-    slot (see `MorphogeneticModel.forward_with_ablations`), with its own statistics.
+    slot (see `MorphogeneticModel.forward_with_ablations`), each with its own statistics.
     """
     if calibration is None:
         if model.batchnorm_layers():
             raise ValueError("the model has BatchNorm layers: validate needs calibration batches (training split)")
-        arm_stats: dict[str, BatchNormStats] = {}
+        stats = ArmStatistics({}, {})
     else:
-        arm_stats = recalibrate_batchnorm(model, calibration, ablate, amp)
+        stats = recalibrate_batchnorm(model, calibration, ablate, amp)
     model.eval()
     device = next(model.parameters()).device
     sums = torch.zeros(2 + len(ablate), device=device)  # loss * n, correct, correct per ablation
     n_items = 0
     for x, y in _nonempty(batches, "validation"):
         with autocast(amp, x.device):
-            logits, ablated = model.forward_with_ablations(x, ablate, ablated_batchnorm_stats=arm_stats)
+            logits, ablated = model.forward_with_ablations(x, ablate, stats.model, stats.ablated)
         loss, correct = loss_and_correct(logits, y)
         ablated_correct = [loss_and_correct(ablated[name], y)[1] for name in ablate]
         sums += torch.stack([loss * y.numel(), correct, *ablated_correct]).float()
