@@ -3,8 +3,9 @@
 A seed is germinated at epoch `--germinate-at` and read at epoch `--read-at` of a `shapes`
 episode (the gates are set to keep it alive until then, whatever it reads):
 
-- stale: selection accuracy minus the accuracy with alpha forced to 0 under the model's own
-  BatchNorm statistics, collected with the seed in place (the measurement before issue 8);
+- stale: the measurement before issue 8: accuracy with the seed minus accuracy with alpha forced
+  to 0, both under the module's own running BatchNorm statistics, collected with the seed in
+  place;
 - honest: Esper's contribution (each arm with statistics of its own network);
 - culled: the real thing, measured independently: the model as it is, and a copy with the seed
   culled, each with every BatchNorm layer re-settled by PyTorch's `update_bn` on 4,000 training
@@ -66,7 +67,7 @@ def reading(blueprint: str, slot: str, germinate_at: int, read_at: int, seed: in
         "slot": slot,
         "stage": signals.slot(slot).stage.name,
         "val_accuracy": round(signals.val_accuracy, 2),
-        "stale": round(signals.val_accuracy - accuracy(model, data, {slot: 0.0}), 2),
+        "stale": round(accuracy(model, data) - accuracy(model, data, {slot: 0.0}), 2),
         "honest": round(signals.slot(slot).contribution, 2),
         "culled": round(resettled(model, data, None) - resettled(model, data, slot), 2),
     }
