@@ -48,13 +48,13 @@ def test_a_seed_with_no_real_effect_reads_zero_where_stale_statistics_read_many_
     under the statistics of the 2h network reads a large 'contribution' (the old measurement);
     the honest one reads zero, as does the real cull once statistics re-settle."""
     data = dataclasses.replace(
-        load_shapes(0, n_train=4000, n_val=1000, n_test=200, image_size=16, samples_per_epoch=2000),
+        load_shapes(0, n_train=8000, n_val=1000, n_test=200, image_size=16, samples_per_epoch=4000),
         calibration_size=1000,
     )
     task = dataclasses.replace(get_task("shapes"), load_data=lambda _: data)
     env = make_env(task, max_epochs=10)
     env.reset(0)
-    for _ in range(6):
+    for _ in range(8):
         env.step(Decision.wait())
     model = env.model
     slot = model.slot("mid")
@@ -80,7 +80,7 @@ def test_a_seed_with_no_real_effect_reads_zero_where_stale_statistics_read_many_
     real = resettled_accuracy(model, train_batches, val_batches, None) - resettled_accuracy(
         model, train_batches, val_batches, "mid"
     )
-    assert stats.accuracy > 15.0  # a host that has learned something (chance is 10%)
+    assert stats.accuracy > 25.0  # a host that has learned something (chance is 10%)
     assert abs(real) <= 1.0  # the seed really does nothing
     assert abs(contribution) <= 1.0
     assert abs(contribution - real) <= 1.0
