@@ -13,6 +13,8 @@ from esper.kasmina import CNNHost, TransformerHost
 from esper.tamiyo import TrainingSignals
 from esper.tolaria import DATA_DIR_ENV, EnvConfig, MorphogeneticEnv, TaskSpec, get_task
 from esper.tolaria.datasets import ImageData, TokenData, load_shapes, pydoc_topics_bytes, split_tokens
+from esper.tolaria.environment import VALIDATION_BATCH_SIZE
+from esper.tolaria.training import validate
 
 
 def enum_name(member: object) -> str:
@@ -87,6 +89,18 @@ def make_env(
         task=task, device=device, max_epochs=max_epochs, enabled_slots=slots, max_seeds=max_seeds, **kwargs
     )
     return MorphogeneticEnv(config, task.load_data(None))
+
+
+def assert_signals_measure_the_model_left(env: MorphogeneticEnv, signals: TrainingSignals) -> None:
+    """The signals' selection loss and accuracy are those of the env's model as it is now."""
+    left = validate(
+        env.model,
+        env.data.val_batches(VALIDATION_BATCH_SIZE),
+        (),
+        calibration=env.data.calibration_batches(VALIDATION_BATCH_SIZE),
+    )
+    assert signals.val_loss == pytest.approx(left.loss)
+    assert signals.val_accuracy == pytest.approx(left.accuracy)
 
 
 @pytest.fixture

@@ -5,11 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import make_env, tiny_text_task
+from conftest import assert_signals_measure_the_model_left, make_env, tiny_text_task
 from esper.kasmina import GateRefused
 from esper.leyline import Decision, GateThresholds, InvalidDecision, LifecycleOp, SeedStage
-from esper.tolaria.environment import VALIDATION_BATCH_SIZE
-from esper.tolaria.training import validate
 
 
 def run(env, decisions):
@@ -146,11 +144,4 @@ def test_after_a_gate_culls_a_blended_seed_the_signals_measure_the_model_left() 
         if env.model.slot("mid").seed is None:
             break
     assert [(s, c.target) for s, c in result.changes] == [("mid", SeedStage.CULLED)]
-    left = validate(
-        env.model,
-        env.data.val_batches(VALIDATION_BATCH_SIZE),
-        (),
-        calibration=env.data.calibration_batches(VALIDATION_BATCH_SIZE),
-    )
-    assert result.signals.val_loss == pytest.approx(left.loss)
-    assert result.signals.val_accuracy == pytest.approx(left.accuracy)
+    assert_signals_measure_the_model_left(env, result.signals)

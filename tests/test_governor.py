@@ -7,12 +7,11 @@ import math
 import pytest
 import torch
 
-from conftest import make_env
+from conftest import assert_signals_measure_the_model_left, make_env
 from esper.leyline import Decision, GateThresholds, LifecycleOp, SeedStage
 from esper.tolaria import Governor, GovernorConfig
-from esper.tolaria.environment import VALIDATION_BATCH_SIZE, MorphogeneticEnv
+from esper.tolaria.environment import MorphogeneticEnv
 from esper.tolaria.governor import Snapshot
-from esper.tolaria.training import validate
 
 
 def test_judge_flags_non_finite_and_blowups_only() -> None:
@@ -196,14 +195,7 @@ def test_after_a_governor_cull_the_signals_measure_the_model_left(monkeypatch: p
         poison_seed_next_epoch(env, "late", monkeypatch)
         result = env.step(Decision.wait())
     assert [(s, c.target) for s, c in result.changes] == [("late", SeedStage.CULLED)]
-    left = validate(
-        env.model,
-        env.data.val_batches(VALIDATION_BATCH_SIZE),
-        (),
-        calibration=env.data.calibration_batches(VALIDATION_BATCH_SIZE),
-    )
-    assert result.signals.val_loss == pytest.approx(left.loss)
-    assert result.signals.val_accuracy == pytest.approx(left.accuracy)
+    assert_signals_measure_the_model_left(env, result.signals)
     assert result.signals.val_loss != pytest.approx(healthy.val_loss)  # not the seed's measurement
     assert result.signals.slot("late").contribution is None
 
