@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from esper.kasmina import CNNHost, TransformerHost
-from esper.tamiyo import TrainingSignals
+from esper.leyline import TrainingSignals
 from esper.tolaria import DATA_DIR_ENV, EnvConfig, MorphogeneticEnv, TaskSpec, get_task
 from esper.tolaria.datasets import ImageData, TokenData, load_shapes, pydoc_topics_bytes, split_tokens
 from esper.tolaria.environment import VALIDATION_BATCH_SIZE

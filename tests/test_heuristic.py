@@ -7,8 +7,8 @@ import dataclasses
 from conftest import make_env, training_signals
 from esper.kasmina import Topology
 from esper.kasmina.lifecycle import StageChange
-from esper.leyline import Decision, GateThresholds, LifecycleOp, SeedStage
-from esper.tamiyo import HeuristicConfig, HeuristicController, SlotSignals, TrainingSignals
+from esper.leyline import Decision, GateThresholds, LifecycleOp, SeedStage, SlotSignals, TrainingSignals
+from esper.tamiyo import HeuristicConfig, HeuristicController
 from esper.tolaria.episode import run_episode
 
 SLOTS = ("early", "mid", "late")

@@ -21,7 +21,6 @@ from esper.kasmina.lifecycle import (
     GateRefused,
     SlotLifecycle,
     StageChange,
-    gradient_is_healthy,
 )
 from esper.leyline import (
     LIVE_STAGES,
@@ -30,6 +29,7 @@ from esper.leyline import (
     BlendSchedule,
     GateThresholds,
     SeedStage,
+    gradient_is_healthy,
 )
 from esper.leyline.constants import GRAD_NORM_EXPLODING, GRAD_NORM_VANISHING
 

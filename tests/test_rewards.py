@@ -14,11 +14,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import training_signals
-from esper.leyline import SeedStage
+from esper.leyline import SeedStage, SlotSignals
 from esper.simic import RewardConfig, RewardFunction
 from esper.simic.rewards import STAGE_POTENTIAL, objective, potential
 from esper.simic.vectorized import TrainerConfig
-from esper.tamiyo import SlotSignals
 
 SLOTS = ("early", "mid", "late")
 HOST_PARAMS = 1000

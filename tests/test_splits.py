@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from conftest import make_env, tiny_shapes_data, tiny_shapes_task
-from esper.leyline import BlendSchedule, Decision, LifecycleOp
+from esper.leyline import BlendSchedule, Decision, LifecycleOp, TrainingSignals
 from esper.simic import vectorized as vec
-from esper.tamiyo import HeuristicConfig, HeuristicController, TrainingSignals
+from esper.tamiyo import HeuristicConfig, HeuristicController
 from esper.tolaria import EnvConfig
 from esper.tolaria.datasets import ImageData
 from esper.tolaria.episode import run_episode

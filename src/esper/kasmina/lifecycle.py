@@ -8,7 +8,6 @@ anyone is watching.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from esper.kasmina.blending import blend_alpha
@@ -20,7 +19,7 @@ from esper.leyline import (
     SeedStage,
     check_transition,
 )
-from esper.leyline.constants import GRAD_NORM_EXPLODING, GRAD_NORM_VANISHING
+from esper.leyline.constants import gradient_is_healthy
 
 
 @dataclass(frozen=True)
@@ -56,21 +55,6 @@ class GateResult:
 
 class GateRefused(RuntimeError):
     """An operation was asked for while its gate does not pass (a controller or mask bug)."""
-
-
-def gradient_is_vanishing(grad_norm: float | None) -> bool:
-    """A measured gradient norm too small for the seed to be learning."""
-    return grad_norm is not None and grad_norm <= GRAD_NORM_VANISHING
-
-
-def gradient_is_exploding(grad_norm: float | None) -> bool:
-    """A measured gradient norm that is non-finite or too large to be stable."""
-    return grad_norm is not None and (not math.isfinite(grad_norm) or grad_norm >= GRAD_NORM_EXPLODING)
-
-
-def gradient_is_healthy(grad_norm: float | None) -> bool:
-    """Measured, and neither vanishing nor exploding: what G2 asks for."""
-    return grad_norm is not None and not gradient_is_vanishing(grad_norm) and not gradient_is_exploding(grad_norm)
 
 
 def germinate_gate(stage: SeedStage) -> GateResult:

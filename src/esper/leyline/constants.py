@@ -5,6 +5,7 @@ Accuracies and contributions are in percentage points (0..100) everywhere in Esp
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 GRAD_NORM_VANISHING: float = 1e-7
@@ -12,6 +13,21 @@ GRAD_NORM_VANISHING: float = 1e-7
 
 GRAD_NORM_EXPLODING: float = 1e3
 """A seed whose mean gradient norm over an epoch is above this is unstable."""
+
+
+def gradient_is_vanishing(grad_norm: float | None) -> bool:
+    """A measured gradient norm too small for the seed to be learning."""
+    return grad_norm is not None and grad_norm <= GRAD_NORM_VANISHING
+
+
+def gradient_is_exploding(grad_norm: float | None) -> bool:
+    """A measured gradient norm that is non-finite or too large to be stable."""
+    return grad_norm is not None and (not math.isfinite(grad_norm) or grad_norm >= GRAD_NORM_EXPLODING)
+
+
+def gradient_is_healthy(grad_norm: float | None) -> bool:
+    """Measured, and neither vanishing nor exploding: what G2 asks for."""
+    return grad_norm is not None and not gradient_is_vanishing(grad_norm) and not gradient_is_exploding(grad_norm)
 
 
 @dataclass(frozen=True)

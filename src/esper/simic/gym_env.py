@@ -29,9 +29,9 @@ import gymnasium
 import numpy as np
 from gymnasium import spaces
 
-from esper.leyline import Decision
+from esper.leyline import Decision, TrainingSignals
 from esper.simic.rewards import RewardConfig, RewardFunction
-from esper.tamiyo import HEADS, ActionSpace, ObservationLayout, TrainingSignals
+from esper.tamiyo import HEADS, ActionSpace, ObservationLayout
 from esper.tolaria.datasets import TaskData
 from esper.tolaria.environment import EnvConfig, MorphogeneticEnv
 

@@ -43,8 +43,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from esper.leyline import SeedStage
-from esper.tamiyo.signals import TrainingSignals
+from esper.leyline import SeedStage, TrainingSignals
 
 REWARD_MODES: tuple[str, ...] = ("dense", "sparse")
 

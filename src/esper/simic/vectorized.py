@@ -31,14 +31,14 @@ from dataclasses import dataclass, field
 
 import torch
 
-from esper.leyline import Decision, GateThresholds, LifecycleOp
+from esper.leyline import Decision, GateThresholds, LifecycleOp, TrainingSignals
 from esper.simic.buffer import RolloutBuffer
 from esper.simic.distributed import SINGLE_PROCESS, DistContext, merge_observations
 from esper.simic.normalizer import RunningMeanStd
 from esper.simic.ppo import PPOConfig, UpdateStats, ppo_update
 from esper.simic.rewards import RewardBreakdown, RewardConfig, RewardFunction
 from esper.simic.sampling import FactoredMasks, FactoredSample, sample_factored
-from esper.tamiyo import HEADS, ActionSpace, ObservationLayout, RecurrentPolicy, TrainingSignals
+from esper.tamiyo import HEADS, ActionSpace, ObservationLayout, RecurrentPolicy
 from esper.tamiyo.policy import LSTMState
 from esper.tolaria.datasets import TaskData
 from esper.tolaria.environment import EnvConfig, MorphogeneticEnv, StepResult, seeded_init

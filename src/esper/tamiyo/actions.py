@@ -15,8 +15,7 @@ import torch
 
 from esper.kasmina.blueprints import Topology, blueprint_names, get_blueprint
 from esper.kasmina.lifecycle import cull_gate, fossilize_gate, germinate_gate
-from esper.leyline import BlendSchedule, Decision, GateThresholds, LifecycleOp
-from esper.tamiyo.signals import SlotSignals, TrainingSignals
+from esper.leyline import BlendSchedule, Decision, GateThresholds, LifecycleOp, SlotSignals, TrainingSignals
 
 HEADS: tuple[str, ...] = ("op", "slot", "blueprint", "schedule")
 

@@ -13,8 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from esper.kasmina.blueprints import Topology, blueprint_names
-from esper.leyline import SeedStage
-from esper.tamiyo.signals import SlotSignals, TrainingSignals
+from esper.leyline import SeedStage, SlotSignals, TrainingSignals
 
 GLOBAL_FEATURES: tuple[str, ...] = (
     "epoch_fraction",  # epoch / max_epochs: time is in the observation

@@ -7,8 +7,7 @@ from dataclasses import dataclass
 
 from esper.kasmina.blueprints import Topology, blueprint_names, get_blueprint
 from esper.kasmina.lifecycle import StageChange
-from esper.leyline import BlendSchedule, Decision, GateThresholds, LifecycleOp, SeedStage
-from esper.tamiyo.signals import TrainingSignals
+from esper.leyline import BlendSchedule, Decision, GateThresholds, LifecycleOp, SeedStage, TrainingSignals
 
 PREFERRED_BLUEPRINTS: dict[Topology, tuple[str, ...]] = {
     Topology.CNN: ("conv_heavy", "conv_light", "depthwise", "bottleneck", "attention", "norm"),

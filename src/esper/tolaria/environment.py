@@ -27,11 +27,19 @@ from dataclasses import dataclass, field
 import torch
 
 from esper.kasmina import GateInputs, GateRefused, MorphogeneticModel, StageChange, get_blueprint
-from esper.leyline import Decision, GateThresholds, InvalidDecision, LifecycleOp, SeedStage
+from esper.leyline import (
+    Decision,
+    GateThresholds,
+    InvalidDecision,
+    LifecycleOp,
+    SeedStage,
+    SlotSignals,
+    TrainingSignals,
+)
 from esper.nissa import Event
-from esper.tamiyo.signals import EpochMeasurements, SignalTracker, SlotSignals, TrainingSignals
 from esper.tolaria.datasets import TaskData
 from esper.tolaria.governor import Governor, GovernorConfig, Snapshot
+from esper.tolaria.signals import EpochMeasurements, SignalTracker
 from esper.tolaria.tasks import TaskSpec
 from esper.tolaria.training import PRECISIONS, TrainingEpoch, TrainStats, ValidationStats, validate
 

@@ -7,9 +7,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from esper.kasmina import StageChange
-from esper.leyline import Decision
+from esper.leyline import Decision, TrainingSignals
 from esper.nissa import Event
-from esper.tamiyo.signals import TrainingSignals
 from esper.tolaria.environment import MorphogeneticEnv, SeedRecord
 
 

@@ -1,0 +1,65 @@
+"""Training signals: what a controller sees after each epoch, per slot and in fixed slot order.
+
+The contract between an environment, which produces them, and a controller, which reads them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from esper.leyline.constants import gradient_is_exploding, gradient_is_vanishing
+from esper.leyline.stages import SeedStage
+
+
+@dataclass(frozen=True)
+class SlotSignals:
+    """One slot's state after an epoch. An empty slot has stage DORMANT/EMBARGOED/... and no seed."""
+
+    name: str
+    index: int
+    enabled: bool
+    stage: SeedStage
+    epochs_in_stage: int
+    alpha: float
+    blueprint: str | None
+    seed_id: str | None
+    contribution: float | None
+    """Validation accuracy with the seed minus with its alpha forced to 0 (points); None unless blended."""
+    grad_norm: float | None
+    """The seed's mean gradient norm over the epoch; None when it received no gradient."""
+    param_count: int
+
+    @property
+    def grad_vanishing(self) -> bool:
+        return gradient_is_vanishing(self.grad_norm)
+
+    @property
+    def grad_exploding(self) -> bool:
+        return gradient_is_exploding(self.grad_norm)
+
+
+@dataclass(frozen=True)
+class TrainingSignals:
+    """Global signals of one env after an epoch, with every slot's signals in host order."""
+
+    epoch: int
+    max_epochs: int
+    train_loss: float
+    train_accuracy: float
+    val_loss: float
+    val_accuracy: float
+    val_accuracy_delta: float
+    val_loss_delta: float
+    best_val_accuracy: float
+    plateau_epochs: int
+    host_params: int
+    seed_params: int
+    seeds_germinated: int
+    max_seeds: int
+    epochs_since_germination: int
+    slots: tuple[SlotSignals, ...]
+
+    def slot(self, name: str) -> SlotSignals:
+        for s in self.slots:
+            if s.name == name:
+                return s
+        raise KeyError(name)
