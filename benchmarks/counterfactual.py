@@ -52,7 +52,7 @@ def resettled(model: MorphogeneticModel, data: ImageData, cull: str | None) -> f
 def reading(blueprint: str, slot: str, germinate_at: int, read_at: int, seed: int) -> dict:
     task = get_task("shapes")
     data = task.load_data(None)
-    slots = tuple(s.name for s in task.build_host().slot_ids)
+    slots = task.slot_names
     env = MorphogeneticEnv(EnvConfig(task, torch.device("cpu"), 40, slots, 6, thresholds=KEEP_ALIVE), data)
     env.reset(seed)
     for epoch in range(1, read_at + 1):

@@ -39,7 +39,7 @@ def episode(task_name: str, arm: str, seed: int, max_epochs: int, host_width: in
     torch.set_num_threads(1)
     task = get_task(task_name)
     data = task.load_data(task.resolve_data_dir(None))
-    slots = tuple(s.name for s in task.build_host().slot_ids)
+    slots = task.slot_names
     max_seeds = DEFAULT_MAX_SEEDS if arm == "grown" else 0
     config = EnvConfig(task, torch.device("cpu"), max_epochs, slots, max_seeds, host_width=host_width)
     controller = HeuristicController(task.topology, slots, thresholds=config.thresholds)

@@ -8,6 +8,7 @@ import torch
 from conftest import assert_signals_measure_the_model_left, make_env, tiny_text_task
 from esper.kasmina import GateRefused
 from esper.leyline import Decision, GateThresholds, InvalidDecision, LifecycleOp, SeedStage
+from esper.tolaria import TASKS
 
 
 def run(env, decisions):
@@ -145,3 +146,12 @@ def test_after_a_gate_culls_a_blended_seed_the_signals_measure_the_model_left() 
             break
     assert [(s, c.target) for s, c in result.changes] == [("mid", SeedStage.CULLED)]
     assert_signals_measure_the_model_left(env, result.signals)
+
+
+@pytest.mark.parametrize("name", sorted(TASKS))
+def test_a_task_declares_the_slots_its_host_has(name: str) -> None:
+    """Slot names, masks and spaces are derived from the task without building its host; they
+    must be the host's own."""
+    task = TASKS[name]
+    assert task.slot_ids == task.build_host().slot_ids
+    assert task.slot_ids == task.build_host(task.host_width + 3).slot_ids

@@ -254,7 +254,7 @@ def test_buffer_stores_the_normalized_observation_the_policy_acted_on() -> None:
     rs, acted_on = collect(setup, learner)
     for t, (ids, obs) in enumerate(acted_on):
         assert torch.equal(rs.buffer.obs[t, ids], obs)
-    raw = setup.layout.featurize(rs.signals[0])
+    raw = setup.spaces.layout.featurize(rs.signals[0])
     assert not torch.allclose(learner.obs_norm.normalize(raw), raw)  # normalization did something
     assert rs.buffer.episode_start[0].all() and not rs.buffer.episode_start[1:].any()
     assert rs.buffer.terminated[-1].all()  # the time limit is a true terminal

@@ -67,7 +67,7 @@ def resolve_device_arg(spec: str) -> torch.device:
 
 def resolve_slots(task: TaskSpec, names: Sequence[str] | None) -> tuple[str, ...]:
     """The slots a controller may use, in host order (default: all of the host's)."""
-    host_slots = task.build_host().slot_ids
+    host_slots = task.slot_ids
     try:
         slots = parse_slots(names, host_slots) if names is not None else host_slots
     except ValueError as exc:

@@ -45,9 +45,8 @@ from esper.simic.vectorized import (
     learner_state,
     load_learner_state,
     run_round,
-    space_signature,
 )
-from esper.tamiyo import ActionSpace, ObservationLayout
+from esper.tamiyo import PolicySpaces
 from esper.tolaria import DEFAULT_TASK, TASKS, EnvConfig, TaskSpec
 from esper.tolaria.datasets import TaskData
 from esper.tolaria.training import PRECISIONS
@@ -251,9 +250,9 @@ def check_resumable(
         raise UsageError(
             f"--episodes {settings['episodes']} is already reached: the checkpoint has {done} episodes done"
         )
-    layout, actions = spaces(task, slots, blueprints)
+    spaces = PolicySpaces.derive(task.topology, task.slot_names, blueprints)
     try:
-        check_compatible(path, resume["spaces"], space_signature(layout, actions))
+        check_compatible(path, resume["spaces"], spaces.signature())
     except CheckpointError as exc:
         raise UsageError(str(exc)) from None
 
@@ -303,13 +302,6 @@ def checkpoint_round(path: Path) -> int:
         return -1
 
 
-def spaces(
-    task: TaskSpec, slots: tuple[str, ...], blueprints: tuple[str, ...]
-) -> tuple[ObservationLayout, ActionSpace]:
-    host_slots = tuple(s.name for s in task.build_host().slot_ids)
-    return ObservationLayout(task.topology, host_slots), ActionSpace(task.topology, host_slots, blueprints)
-
-
 # --------------------------------------------------------------------------- running
 def build(run: PPORun, emit) -> tuple[Setup, Learner]:
     """Envs, spaces and learner of this rank; a resumed learner takes the checkpoint's state."""
@@ -333,7 +325,7 @@ def checkpoint_payload(run: PPORun, setup: Setup, learner: Learner) -> dict[str,
         "learner": learner_state(learner, run.ctx),
         "settings": {k: v for k, v in run.settings.items() if k in SETTINGS},
         "trainer": run.config.to_json(),
-        "spaces": space_signature(setup.layout, setup.actions),
+        "spaces": setup.spaces.signature(),
         "run_dir": str(run.run_dir),
     }
 
@@ -413,7 +405,7 @@ def start_line(run: PPORun, setup: Setup, learner: Learner, remaining: int) -> s
         f"esper ppo: task {run.task.name}, {remaining} episode(s) to go of {run.config.episodes}, "
         f"{run.config.n_envs} envs{ranks} x {run.env.max_epochs} epochs, "
         f"slots {' '.join(run.env.enabled_slots)}, reward {run.config.reward.mode}, "
-        f"obs_dim {setup.layout.obs_dim}, heads {list(setup.actions.head_sizes)}, "
+        f"obs_dim {setup.spaces.layout.obs_dim}, heads {list(setup.spaces.actions.head_sizes)}, "
         f"envs {envs_per_device(setup.envs)}, policy on {run.policy_device}, run dir {run.run_dir}{resumed}"
     )
 
@@ -434,9 +426,9 @@ def run_summary(
     return {
         "task": run.task.name,
         "controller": "ppo",
-        "obs_dim": setup.layout.obs_dim,
-        "action_heads": space_signature(setup.layout, setup.actions)["action_heads"],
-        "observation_layout": list(setup.layout.feature_names()),
+        "obs_dim": setup.spaces.layout.obs_dim,
+        "action_heads": setup.spaces.signature()["action_heads"],
+        "observation_layout": list(setup.spaces.layout.feature_names()),
         "splits": run.data.split_sizes(),
         "final_test_accuracy": last_row["charts/final_test_accuracy"],
         "final_val_accuracy": last_row["charts/final_val_accuracy"],

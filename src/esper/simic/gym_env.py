@@ -31,7 +31,7 @@ from gymnasium import spaces
 
 from esper.leyline import Decision, TrainingSignals
 from esper.simic.rewards import RewardConfig, RewardFunction
-from esper.tamiyo import HEADS, ActionSpace, ObservationLayout
+from esper.tamiyo import HEADS, ActionSpace, PolicySpaces
 from esper.tolaria.datasets import TaskData
 from esper.tolaria.environment import EnvConfig, MorphogeneticEnv
 
@@ -80,9 +80,8 @@ class MorphogeneticGymEnv(gymnasium.Env):
         super().__init__()
         self.config = dataclasses.replace(config, end_episode_on_panic=True)
         self.env = MorphogeneticEnv(self.config, data)
-        slot_names = tuple(s.name for s in config.task.build_host().slot_ids)
-        self.layout = ObservationLayout(config.task.topology, slot_names)
-        self.actions = ActionSpace(config.task.topology, slot_names, allowed_blueprints)
+        policy_spaces = PolicySpaces.derive(config.task.topology, config.task.slot_names, allowed_blueprints)
+        self.layout, self.actions = policy_spaces.layout, policy_spaces.actions
         reward = reward or RewardConfig()
         self.reward_fn = RewardFunction(reward, ppo_gamma=reward.gamma)
         self.observation_space = spaces.Box(-np.inf, np.inf, (self.layout.obs_dim,), np.float32)

@@ -38,7 +38,7 @@ from esper.simic.normalizer import RunningMeanStd
 from esper.simic.ppo import PPOConfig, UpdateStats, ppo_update
 from esper.simic.rewards import RewardBreakdown, RewardConfig, RewardFunction
 from esper.simic.sampling import FactoredMasks, FactoredSample, sample_factored
-from esper.tamiyo import HEADS, ActionSpace, ObservationLayout, RecurrentPolicy
+from esper.tamiyo import HEADS, PolicySpaces, RecurrentPolicy
 from esper.tamiyo.policy import LSTMState
 from esper.tolaria.datasets import TaskData
 from esper.tolaria.environment import EnvConfig, MorphogeneticEnv, StepResult, seeded_init
@@ -99,8 +99,7 @@ class Setup:
     envs: list[MorphogeneticEnv]
     data: TaskData
     """The data the shared batches are drawn from (on the first env's device)."""
-    layout: ObservationLayout
-    actions: ActionSpace
+    spaces: PolicySpaces
     reward: RewardFunction
     policy_device: torch.device
     thresholds: GateThresholds
@@ -171,22 +170,20 @@ def build_trainer(
     """A fresh run: this rank's envs over `devices`, the spaces derived from the task's host, and
     a learner. Episode `e` trains with seed `config.seed + e` on whichever rank runs it."""
     task = env_config.task
-    host_slots = tuple(s.name for s in task.build_host().slot_ids)
-    layout, actions = ObservationLayout(task.topology, host_slots), ActionSpace(task.topology, host_slots, blueprints)
+    spaces = PolicySpaces.derive(task.topology, task.slot_names, blueprints)
     envs = build_envs(env_config, data, devices, config.n_envs, emit)
     setup = Setup(
         config=config,
         envs=envs,
         data=envs[0].data,
-        layout=layout,
-        actions=actions,
+        spaces=spaces,
         reward=RewardFunction(config.reward, config.ppo.gamma),
         policy_device=policy_device,
         thresholds=env_config.thresholds,
         episode_seed=lambda episode: config.seed + episode,
         ctx=ctx,
     )
-    return setup, make_learner(config, layout, actions, policy_device, ctx)
+    return setup, make_learner(config, spaces, policy_device, ctx)
 
 
 RANK_SEED_STRIDE = 1_000_003
@@ -195,8 +192,7 @@ RANK_SEED_STRIDE = 1_000_003
 
 def make_learner(
     config: TrainerConfig,
-    layout: ObservationLayout,
-    actions: ActionSpace,
+    spaces: PolicySpaces,
     device: torch.device,
     ctx: DistContext = SINGLE_PROCESS,
 ) -> Learner:
@@ -204,14 +200,16 @@ def make_learner(
     broadcast, so ranks agree even if initialisation ever drew from elsewhere); the sampling,
     shuffling and data generators differ per rank."""
     with seeded_init(config.seed):
-        policy = RecurrentPolicy(layout.obs_dim, actions.head_sizes, config.hidden, config.hidden).to(device)
+        policy = RecurrentPolicy(spaces.layout.obs_dim, spaces.actions.head_sizes, config.hidden, config.hidden).to(
+            device
+        )
     ctx.broadcast_module(policy)
     optimizer = torch.optim.Adam(policy.parameters(), lr=config.ppo.learning_rate, eps=1e-5)
     base = config.seed + RANK_SEED_STRIDE * ctx.rank
     return Learner(
         policy=policy,
         optimizer=optimizer,
-        obs_norm=RunningMeanStd(layout.obs_dim),
+        obs_norm=RunningMeanStd(spaces.layout.obs_dim),
         sample_generator=torch.Generator(device=device).manual_seed(base),
         update_generator=torch.Generator().manual_seed(base + 1),
         data_generator=torch.Generator().manual_seed(base + 2),
@@ -226,7 +224,12 @@ def start_round(setup: Setup, learner: Learner, n_envs: int) -> RoundState:
     signals = [env.reset(setup.episode_seed(ep), ep) for env, ep in zip(envs, episodes, strict=True)]
     state = learner.policy.initial_state(n_envs, setup.policy_device)
     buffer = RolloutBuffer(
-        setup.max_epochs, n_envs, setup.layout.obs_dim, setup.actions.head_sizes, state, setup.policy_device
+        setup.max_epochs,
+        n_envs,
+        setup.spaces.layout.obs_dim,
+        setup.spaces.actions.head_sizes,
+        state,
+        setup.policy_device,
     )
     return RoundState(
         envs=envs,
@@ -242,7 +245,7 @@ def start_round(setup: Setup, learner: Learner, n_envs: int) -> RoundState:
 
 def observe(setup: Setup, learner: Learner, rs: RoundState, ids: list[int]) -> torch.Tensor:
     """The normalized observations of envs `ids`, (K, obs_dim) on the policy's device."""
-    raw = torch.stack([setup.layout.featurize(rs.signals[i]) for i in ids])
+    raw = torch.stack([setup.spaces.layout.featurize(rs.signals[i]) for i in ids])
     rs.raw_obs.append(raw)
     return learner.obs_norm.normalize(raw).to(setup.policy_device)
 
@@ -250,14 +253,14 @@ def observe(setup: Setup, learner: Learner, rs: RoundState, ids: list[int]) -> t
 def action_masks(setup: Setup, rs: RoundState, ids: list[int]) -> FactoredMasks:
     firsts, conditionals = [], []
     for i in ids:
-        first, conditional = setup.actions.conditional_masks(rs.signals[i], setup.thresholds)
+        first, conditional = setup.spaces.actions.conditional_masks(rs.signals[i], setup.thresholds)
         firsts.append(first)
         conditionals.append(conditional)
     device = setup.policy_device
     return FactoredMasks(
         first=torch.stack(firsts).to(device),
         conditional=tuple(torch.stack(heads).to(device) for heads in zip(*conditionals, strict=True)),
-        head_active=setup.actions.head_active_table().to(device),
+        head_active=setup.spaces.actions.head_active_table().to(device),
     )
 
 
@@ -277,7 +280,7 @@ def act(
         len(rs.envs), len(logits), generator=learner.sample_generator, device=learner.sample_generator.device
     )
     sample = sample_factored([lg[0] for lg in logits], action_masks(setup, rs, ids), uniforms=uniforms[index])
-    decisions = [setup.actions.decode(*row) for row in sample.actions.tolist()]
+    decisions = [setup.spaces.actions.decode(*row) for row in sample.actions.tolist()]
     return sample, values[0], decisions
 
 
@@ -475,12 +478,3 @@ def load_learner_state(learner: Learner, state: dict, ctx: DistContext = SINGLE_
     learner.data_generator.set_state(rng["data"])
     learner.round, learner.episodes_done = int(state["round"]), int(state["episodes_done"])
     learner.global_step = int(state["global_step"])
-
-
-def space_signature(layout: ObservationLayout, actions: ActionSpace) -> dict:
-    """What a checkpoint's policy is shaped for: a resumed run must have the same."""
-    return {
-        "observation_layout": list(layout.feature_names()),
-        "action_heads": {name: size for name, size in zip(HEADS, actions.head_sizes, strict=True)},
-        "blueprints": list(actions.blueprints),
-    }

@@ -6,6 +6,7 @@ from esper.tamiyo.actions import HEADS, ActionSpace
 from esper.tamiyo.features import GLOBAL_FEATURES, ObservationLayout
 from esper.tamiyo.heuristic import PREFERRED_BLUEPRINTS, HeuristicConfig, HeuristicController
 from esper.tamiyo.policy import RecurrentPolicy
+from esper.tamiyo.spaces import PolicySpaces
 
 __all__ = [
     "GLOBAL_FEATURES",
@@ -15,5 +16,6 @@ __all__ = [
     "HeuristicConfig",
     "HeuristicController",
     "ObservationLayout",
+    "PolicySpaces",
     "RecurrentPolicy",
 ]

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from esper.kasmina import CNNHost, Host, Topology, TransformerHost
+from esper.leyline import SlotId
+from esper.leyline.slots import slot_names_for
 from esper.tolaria.datasets import (
     DatasetError,
     TaskData,
@@ -38,6 +40,9 @@ class TaskSpec:
     """The task's host at a given width (CNN channels of the first block, transformer d_model)."""
     host_width: int
     """The default width."""
+    n_slots: int
+    """Insertion points of the host (one after each CNN block, one per transformer group): its
+    slots are known without building it."""
     load_data: Callable[[Path | None], TaskData]
     needs_data_dir: bool
     batch_size: int
@@ -46,6 +51,15 @@ class TaskSpec:
     weight_decay: float
     max_epochs: int
     """Default episode length (host epochs)."""
+
+    @property
+    def slot_ids(self) -> tuple[SlotId, ...]:
+        """The host's slots, in host order, as the host itself declares them."""
+        return tuple(SlotId(i, name) for i, name in enumerate(slot_names_for(self.n_slots)))
+
+    @property
+    def slot_names(self) -> tuple[str, ...]:
+        return tuple(s.name for s in self.slot_ids)
 
     def build_host(self, width: int | None = None) -> Host:
         """The task's host, at its default width unless `width` is given (a static host enlarged
@@ -97,6 +111,7 @@ TASKS: dict[str, TaskSpec] = {
             topology=Topology.CNN,
             make_host=lambda width: CNNHost(in_channels=3, num_classes=10, width=width, depth=3),
             host_width=8,
+            n_slots=3,
             load_data=lambda _: load_shapes(
                 SHAPES_DATA_SEED, n_train=50_000, n_val=2000, n_test=10_000, image_size=16, samples_per_epoch=10_000
             ),
@@ -115,6 +130,7 @@ TASKS: dict[str, TaskSpec] = {
                 vocab_size=256, block_size=TEXT_BLOCK_SIZE, d_model=width, n_layer=3, n_slots=3
             ),
             host_width=64,
+            n_slots=3,
             load_data=_pydoc_data,
             needs_data_dir=False,
             batch_size=64,
@@ -129,6 +145,7 @@ TASKS: dict[str, TaskSpec] = {
             topology=Topology.CNN,
             make_host=lambda width: CNNHost(in_channels=3, num_classes=10, width=width, depth=3),
             host_width=32,
+            n_slots=3,
             load_data=lambda path: load_cifar10(path),  # type: ignore[arg-type]
             needs_data_dir=True,
             batch_size=128,
@@ -145,6 +162,7 @@ TASKS: dict[str, TaskSpec] = {
                 vocab_size=256, block_size=TEXT_BLOCK_SIZE, d_model=width, n_layer=6, n_slots=3
             ),
             host_width=128,
+            n_slots=3,
             load_data=_textfile_data,
             needs_data_dir=True,
             batch_size=64,

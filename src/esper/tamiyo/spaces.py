@@ -1,0 +1,35 @@
+"""What a learned controller is shaped for: its observation layout and its action space.
+
+Both follow from a host's topology and slot names (and the blueprints a run allows), which a task
+declares without building its host; this is the one place they are derived.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from esper.kasmina.blueprints import Topology
+from esper.tamiyo.actions import HEADS, ActionSpace
+from esper.tamiyo.features import ObservationLayout
+
+
+@dataclass(frozen=True)
+class PolicySpaces:
+    layout: ObservationLayout
+    actions: ActionSpace
+
+    @staticmethod
+    def derive(topology: Topology, slot_names: Sequence[str], blueprints: Sequence[str] | None = None) -> PolicySpaces:
+        """The spaces of a policy for a host's slots; `blueprints` narrows the blueprint head."""
+        slots = tuple(slot_names)
+        return PolicySpaces(ObservationLayout(topology, slots), ActionSpace(topology, slots, blueprints))
+
+    def signature(self) -> dict:
+        """What a policy's weights are shaped for, as plain data: a checkpoint records it, and a
+        run that resumes or loads the policy must have the same."""
+        return {
+            "observation_layout": list(self.layout.feature_names()),
+            "action_heads": {name: size for name, size in zip(HEADS, self.actions.head_sizes, strict=True)},
+            "blueprints": list(self.actions.blueprints),
+        }
