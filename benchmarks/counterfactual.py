@@ -49,12 +49,12 @@ def resettled(model: MorphogeneticModel, data: ImageData, cull: str | None) -> f
     return accuracy(arm, data)
 
 
-def reading(blueprint: str, slot: str, germinate_at: int, read_at: int, seed: int) -> dict:
+def reading(blueprint: str, slot: str, germinate_at: int, read_at: int, rng_seed: int) -> dict:
     task = get_task("shapes")
     data = task.load_data(None)
     slots = task.slot_names
     env = MorphogeneticEnv(EnvConfig(task, torch.device("cpu"), 40, slots, 6, thresholds=KEEP_ALIVE), data)
-    env.reset(seed)
+    env.reset(rng_seed)
     for epoch in range(1, read_at + 1):
         grow = epoch == germinate_at
         result = env.step(

@@ -1,7 +1,7 @@
 """Does growth pay? Three arms on the same seeds, compared paired on the test split.
 
 - grown: the heuristic controller with every slot and the default germination budget;
-- static: the same host, never grown (`max_seeds` 0);
+- static: the same host, never grown (`max_germinations` 0);
 - matched: a static host widened to about the grown arm's mean parameter count (host plus kept
   seeds), trained from the start: is growing better than simply starting bigger?
 
@@ -28,25 +28,25 @@ import time
 import torch
 
 from esper.karn import estimate, paired_difference
-from esper.scripts.train import DEFAULT_MAX_SEEDS
+from esper.scripts.train import DEFAULT_MAX_GERMINATIONS
 from esper.tamiyo import HeuristicController
 from esper.tolaria import EnvConfig, MorphogeneticEnv, get_task
 from esper.tolaria.episode import run_episode
 
 
-def episode(task_name: str, arm: str, seed: int, max_epochs: int, host_width: int | None) -> dict:
+def episode(task_name: str, arm: str, rng_seed: int, max_epochs: int, host_width: int | None) -> dict:
     """One episode of one arm; runs in a worker process."""
     torch.set_num_threads(1)
     task = get_task(task_name)
     data = task.load_data(task.resolve_data_dir(None))
     slots = task.slot_names
-    max_seeds = DEFAULT_MAX_SEEDS if arm == "grown" else 0
-    config = EnvConfig(task, torch.device("cpu"), max_epochs, slots, max_seeds, host_width=host_width)
+    max_germinations = DEFAULT_MAX_GERMINATIONS if arm == "grown" else 0
+    config = EnvConfig(task, torch.device("cpu"), max_epochs, slots, max_germinations, host_width=host_width)
     controller = HeuristicController(task.topology, slots, thresholds=config.thresholds)
-    outcome = run_episode(MorphogeneticEnv(config, data), controller, seed=seed, episode=seed)
+    outcome = run_episode(MorphogeneticEnv(config, data), controller, rng_seed=rng_seed, episode=rng_seed)
     return {
         "arm": arm,
-        "seed": seed,
+        "seed": rng_seed,
         "test_accuracy": round(outcome.final_test_accuracy, 2),
         "val_accuracy": round(outcome.final_val_accuracy, 2),
         "params": outcome.host_params + outcome.seed_params,

@@ -31,11 +31,11 @@ from esper.simic.distributed import init_distributed, shutdown_distributed
 from esper.tolaria import EnvConfig, get_task
 
 
-def make_setup(n_envs: int, device: torch.device, max_epochs: int, ctx=vec.SINGLE_PROCESS, seed: int = 0):
+def make_setup(n_envs: int, device: torch.device, max_epochs: int, ctx=vec.SINGLE_PROCESS, rng_seed: int = 0):
     task = get_task("shapes")
     slots = task.slot_names
-    config = vec.TrainerConfig(episodes=10**6, n_envs=n_envs, seed=seed)
-    env_config = EnvConfig(task, device, max_epochs, slots, max_seeds=6)
+    config = vec.TrainerConfig(episodes=10**6, n_envs=n_envs, rng_seed=rng_seed)
+    env_config = EnvConfig(task, device, max_epochs, slots, max_germinations=6)
     return vec.build_trainer(config, env_config, task.load_data(None), [device], device, ctx=ctx)
 
 

@@ -38,7 +38,7 @@ def training_signals(slots, **overrides) -> TrainingSignals:
         host_params=100,
         seed_params=0,
         seeds_germinated=0,
-        max_seeds=6,
+        max_germinations=6,
         epochs_since_germination=10,
     )
     fields.update(overrides)
@@ -79,14 +79,19 @@ def tiny_text_task() -> TaskSpec:
 def make_env(
     task: TaskSpec | None = None,
     max_epochs: int = 6,
-    max_seeds: int = 6,
+    max_germinations: int = 6,
     slots: tuple[str, ...] = ("early", "mid", "late"),
     device: torch.device = torch.device("cpu"),  # noqa: B008
     **kwargs,
 ) -> MorphogeneticEnv:
     task = task or tiny_shapes_task()
     config = EnvConfig(
-        task=task, device=device, max_epochs=max_epochs, enabled_slots=slots, max_seeds=max_seeds, **kwargs
+        task=task,
+        device=device,
+        max_epochs=max_epochs,
+        enabled_slots=slots,
+        max_germinations=max_germinations,
+        **kwargs,
     )
     return MorphogeneticEnv(config, task.load_data(None))
 

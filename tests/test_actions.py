@@ -25,7 +25,7 @@ slot_states = st.tuples(
 )
 
 
-def make_signals(states, germinated: int, max_seeds: int) -> TrainingSignals:
+def make_signals(states, germinated: int, max_germinations: int) -> TrainingSignals:
     slots = tuple(
         SlotSignals(
             name=name,
@@ -48,15 +48,15 @@ def make_signals(states, germinated: int, max_seeds: int) -> TrainingSignals:
         max_epochs=20,
         plateau_epochs=0,
         seeds_germinated=germinated,
-        max_seeds=max_seeds,
+        max_germinations=max_germinations,
         epochs_since_germination=3,
     )
 
 
 @settings(max_examples=300, deadline=None)
 @given(st.tuples(slot_states, slot_states, slot_states), st.integers(0, 4), st.integers(0, 4), st.integers(0, 2**31))
-def test_every_action_sampled_under_the_masks_is_executable(states, germinated, max_seeds, seed) -> None:
-    signals = make_signals(states, germinated, max_seeds)
+def test_every_action_sampled_under_the_masks_is_executable(states, germinated, max_germinations, seed) -> None:
+    signals = make_signals(states, germinated, max_germinations)
     g = torch.Generator().manual_seed(seed)
     op_mask = SPACE.op_mask(signals, THRESHOLDS)
     assert op_mask[LifecycleOp.WAIT]
@@ -73,7 +73,7 @@ def test_every_action_sampled_under_the_masks_is_executable(states, germinated, 
     lifecycle = SlotLifecycle(THRESHOLDS)
     lifecycle.load_state_dict({"stage": int(stage), "epochs_in_stage": epochs, "schedule": 0})
     if op is LifecycleOp.GERMINATE:
-        assert germinated < max_seeds
+        assert germinated < max_germinations
         lifecycle.germinate(BlendSchedule.LINEAR)  # raises GateRefused if the mask was wrong
     elif op is LifecycleOp.FOSSILIZE:
         lifecycle.fossilize(contribution)
@@ -83,8 +83,8 @@ def test_every_action_sampled_under_the_masks_is_executable(states, germinated, 
 
 @settings(max_examples=100, deadline=None)
 @given(st.tuples(slot_states, slot_states, slot_states), st.integers(0, 4), st.integers(0, 4))
-def test_an_op_is_allowed_exactly_when_some_slot_can_take_it(states, germinated, max_seeds) -> None:
-    signals = make_signals(states, germinated, max_seeds)
+def test_an_op_is_allowed_exactly_when_some_slot_can_take_it(states, germinated, max_germinations) -> None:
+    signals = make_signals(states, germinated, max_germinations)
     op_mask = SPACE.op_mask(signals, THRESHOLDS)
     for op in LifecycleOp:
         executable = []
@@ -93,7 +93,7 @@ def test_an_op_is_allowed_exactly_when_some_slot_can_take_it(states, germinated,
             lifecycle.load_state_dict({"stage": int(stage), "epochs_in_stage": epochs, "schedule": 0})
             try:
                 if op is LifecycleOp.GERMINATE:
-                    if germinated >= max_seeds:
+                    if germinated >= max_germinations:
                         raise GateRefused("budget")
                     lifecycle.germinate(BlendSchedule.LINEAR)
                 elif op is LifecycleOp.FOSSILIZE:
@@ -107,7 +107,7 @@ def test_an_op_is_allowed_exactly_when_some_slot_can_take_it(states, germinated,
 
 
 def test_random_masked_policy_drives_a_real_env_without_a_refusal() -> None:
-    env = make_env(max_epochs=14, slots=("early", "late"), max_seeds=3)
+    env = make_env(max_epochs=14, slots=("early", "late"), max_germinations=3)
     space = ActionSpace(Topology.CNN, SLOTS, allowed_blueprints=("conv_light", "norm"))
     g = torch.Generator().manual_seed(0)
     env.reset(0)

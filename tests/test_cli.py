@@ -66,7 +66,7 @@ BAD_INPUTS = {
     "malformed device": (["--device", "gpu0"], ["'gpu0'", "cpu"]),
     "zero episodes": (["--episodes", "0"], ["--episodes", "0"]),
     "zero max epochs": (["--max-epochs", "0"], ["--max-epochs", "0"]),
-    "negative max seeds": (["--max-seeds", "-1"], ["--max-seeds", "-1"]),
+    "negative max germinations": (["--max-germinations", "-1"], ["--max-germinations", "-1"]),
     "embedded task with data dir": (["--data-dir", "/some/folder"], ["shapes", "/some/folder"]),
     "real task without data dir": (["--task", "cifar10"], ["cifar10", "--data-dir", DATA_DIR_ENV]),
 }
@@ -102,7 +102,7 @@ ARGPARSE_ERRORS = {
     "missing subcommand": ([], ["required"]),
     "unknown subcommand": (["grow"], ["'grow'", "heuristic"]),
     "non-integer episodes": (["heuristic", "--episodes", "two"], ["--episodes", "'two'"]),
-    "non-integer max seeds": (["heuristic", "--max-seeds", "1.5"], ["--max-seeds", "'1.5'"]),
+    "non-integer max germinations": (["heuristic", "--max-germinations", "1.5"], ["--max-germinations", "'1.5'"]),
     "slots without a value": (["heuristic", "--slots"], ["--slots"]),
 }
 
@@ -387,7 +387,7 @@ def test_in_process_run_with_no_seed_budget(
 ) -> None:
     monkeypatch.setitem(TASKS, "shapes", plateau_task(shapes_task))
     run_dir = tmp_path / "run"
-    assert main(["heuristic", "--max-epochs", "5", "--max-seeds", "0", "--run-dir", str(run_dir)]) == 0
+    assert main(["heuristic", "--max-epochs", "5", "--max-germinations", "0", "--run-dir", str(run_dir)]) == 0
     capsys.readouterr()
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["slots"] == {"early": [], "mid": [], "late": []}

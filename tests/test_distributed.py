@@ -43,8 +43,8 @@ def one_round_on_rank(rank: int, world_size: int, port: int, out_dir: str) -> No
     ctx = init_distributed(torch.device("cpu"))
     try:
         task = tiny_shapes_task()
-        config = vec.TrainerConfig(episodes=4, n_envs=1, seed=3, hidden=16)
-        env_config = EnvConfig(task, torch.device("cpu"), 2, ("early", "mid", "late"), max_seeds=2)
+        config = vec.TrainerConfig(episodes=4, n_envs=1, rng_seed=3, hidden=16)
+        env_config = EnvConfig(task, torch.device("cpu"), 2, ("early", "mid", "late"), max_germinations=2)
         cpu = torch.device("cpu")
         setup, learner = vec.build_trainer(config, env_config, task.load_data(None), [cpu], cpu, ctx=ctx)
         rs = vec.start_round(setup, learner, 1)

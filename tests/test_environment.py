@@ -66,7 +66,7 @@ def test_contribution_is_measured_for_blended_seeds() -> None:
 
 
 def test_invalid_decisions_raise_and_change_nothing() -> None:
-    env = make_env(slots=("early", "mid"), max_seeds=1)
+    env = make_env(slots=("early", "mid"), max_germinations=1)
     env.reset(0)
     with pytest.raises(InvalidDecision, match="not enabled"):
         env.step(Decision(LifecycleOp.GERMINATE, "late", "conv_light"))

@@ -248,7 +248,7 @@ def test_an_exception_mid_step_leaves_nothing_half_done(monkeypatch: pytest.Monk
 
 
 def test_a_panicked_step_reports_no_undone_transition_and_restores_counters(monkeypatch: pytest.MonkeyPatch) -> None:
-    env = make_env(max_epochs=8, max_seeds=1)
+    env = make_env(max_epochs=8, max_germinations=1)
     env.reset(0)
     env.step(Decision.wait())
     poison_next_epoch(env, monkeypatch)

@@ -159,7 +159,9 @@ def test_unsupported_spaces_are_rejected_by_name() -> None:
 # --------------------------------------------------------------------------- the morphogenetic env
 def gym_env(max_epochs: int = 3, slots=("early", "mid", "late"), blueprints=None) -> MorphogeneticGymEnv:
     task = tiny_shapes_task()
-    config = EnvConfig(task=task, device=torch.device("cpu"), max_epochs=max_epochs, enabled_slots=slots, max_seeds=2)
+    config = EnvConfig(
+        task=task, device=torch.device("cpu"), max_epochs=max_epochs, enabled_slots=slots, max_germinations=2
+    )
     return MorphogeneticGymEnv(config, task.load_data(None), allowed_blueprints=blueprints)
 
 

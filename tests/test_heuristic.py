@@ -33,14 +33,14 @@ def slot(name: str, stage: SeedStage = SeedStage.DORMANT, contribution: float | 
     return SlotSignals(**fields)
 
 
-def signals(slots, epoch=5, plateau=3, germinated=0, since=10, max_seeds=6) -> TrainingSignals:
+def signals(slots, epoch=5, plateau=3, germinated=0, since=10, max_germinations=6) -> TrainingSignals:
     return training_signals(
         slots,
         epoch=epoch,
         plateau_epochs=plateau,
         seeds_germinated=germinated,
         epochs_since_germination=since,
-        max_seeds=max_seeds,
+        max_germinations=max_germinations,
     )
 
 
@@ -77,8 +77,8 @@ def test_respects_warmup_plateau_cooldown_and_budget() -> None:
     assert c.decide(signals(empty, epoch=2)).op is LifecycleOp.WAIT
     assert c.decide(signals(empty, plateau=1)).op is LifecycleOp.WAIT
     assert c.decide(signals(empty, since=2)).op is LifecycleOp.WAIT
-    assert c.decide(signals(empty, germinated=6, max_seeds=6)).op is LifecycleOp.WAIT
-    assert c.decide(signals(empty, max_seeds=0)).op is LifecycleOp.WAIT
+    assert c.decide(signals(empty, germinated=6, max_germinations=6)).op is LifecycleOp.WAIT
+    assert c.decide(signals(empty, max_germinations=0)).op is LifecycleOp.WAIT
     # 25-epoch episode: a seed germinated after epoch 17 could not be fossilized before the end
     assert c.decide(signals(empty, epoch=18)).op is LifecycleOp.WAIT
     assert c.decide(signals(empty, epoch=17)).op is LifecycleOp.GERMINATE
@@ -173,6 +173,6 @@ def test_heuristic_fills_more_than_one_slot_end_to_end() -> None:
     c = HeuristicController(
         Topology.CNN, SLOTS, config=HeuristicConfig(warmup_epochs=1, plateau_patience=0, germination_cooldown=1)
     )
-    outcome = run_episode(env, c, seed=0, episode=0)
+    outcome = run_episode(env, c, rng_seed=0, episode=0)
     assert len({r.slot for r in outcome.records}) >= 2
     assert len({r.seed_id for r in outcome.records}) == len(outcome.records)  # ids unique per env

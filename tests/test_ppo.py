@@ -223,10 +223,10 @@ def test_schedule_anneals_over_a_fixed_horizon() -> None:
 
 
 # --------------------------------------------------------------------------- vectorized trainer
-def make_trainer(n_envs: int = 2, max_epochs: int = 3, seed: int = 0) -> tuple[vec.Setup, vec.Learner]:
+def make_trainer(n_envs: int = 2, max_epochs: int = 3, rng_seed: int = 0) -> tuple[vec.Setup, vec.Learner]:
     task = tiny_shapes_task()
-    config = vec.TrainerConfig(episodes=n_envs, n_envs=n_envs, seed=seed, hidden=16)
-    env_config = EnvConfig(task, torch.device("cpu"), max_epochs, ("early", "mid", "late"), max_seeds=3)
+    config = vec.TrainerConfig(episodes=n_envs, n_envs=n_envs, rng_seed=rng_seed, hidden=16)
+    env_config = EnvConfig(task, torch.device("cpu"), max_epochs, ("early", "mid", "late"), max_germinations=3)
     cpu = torch.device("cpu")
     return vec.build_trainer(config, env_config, task.load_data(None), [cpu], cpu)
 
@@ -328,7 +328,7 @@ def test_learner_state_round_trips_exactly() -> None:
     setup, learner = make_trainer(n_envs=2, max_epochs=2)
     vec.run_round(setup, learner)
     state = vec.learner_state(learner)
-    _, other = make_trainer(n_envs=2, max_epochs=2, seed=5)
+    _, other = make_trainer(n_envs=2, max_epochs=2, rng_seed=5)
     vec.load_learner_state(other, state)
     for a, b in zip(learner.policy.state_dict().values(), other.policy.state_dict().values(), strict=True):
         assert torch.equal(a, b)

@@ -42,7 +42,7 @@ def heuristic_episode(data: ImageData):
     env = make_env(task, max_epochs=12)
     eager = HeuristicConfig(warmup_epochs=1, plateau_patience=0, germination_cooldown=1)
     controller = RecordingHeuristic(task.topology, ("early", "mid", "late"), config=eager)
-    outcome = run_episode(env, controller, seed=3, episode=0)
+    outcome = run_episode(env, controller, rng_seed=3, episode=0)
     return outcome, controller.seen
 
 
@@ -60,8 +60,8 @@ def test_a_garbage_test_split_changes_no_decision_of_the_heuristic() -> None:
 
 def ppo_round(data: ImageData) -> tuple[dict[str, float], dict[str, torch.Tensor], torch.Tensor]:
     task = dataclasses.replace(tiny_shapes_task(), load_data=lambda _: data)
-    config = vec.TrainerConfig(episodes=2, n_envs=2, seed=1)
-    env_config = EnvConfig(task, torch.device("cpu"), 4, ("early", "mid", "late"), max_seeds=6)
+    config = vec.TrainerConfig(episodes=2, n_envs=2, rng_seed=1)
+    env_config = EnvConfig(task, torch.device("cpu"), 4, ("early", "mid", "late"), max_germinations=6)
     setup, learner = vec.build_trainer(config, env_config, data, [torch.device("cpu")], torch.device("cpu"))
     rs = vec.start_round(setup, learner, 2)
     while ids := rs.running_ids():
@@ -69,7 +69,7 @@ def ppo_round(data: ImageData) -> tuple[dict[str, float], dict[str, torch.Tensor
         sample, values, decisions = vec.act(setup, learner, rs, ids, obs)
         results = vec.train_epoch(setup, learner, rs, ids, decisions)
         vec.reward_and_store(setup, rs, ids, obs, sample, values, decisions, results)
-    _, row = vec.finish_round(setup, learner, rs)
+    row = vec.finish_round(setup, learner, rs)
     return row, learner.policy.state_dict(), rs.buffer.actions.clone()
 
 

@@ -72,7 +72,6 @@ class CNNHost(Host):
             c_in = c
         head = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(c_in, num_classes))
         super().__init__([*blocks, head], widths)
-        self.config = {"in_channels": in_channels, "num_classes": num_classes, "width": width, "depth": depth}
 
 
 class TransformerBlock(nn.Module):
@@ -122,10 +121,3 @@ class TransformerHost(Host):
             groups.append(nn.Sequential(*layers))
         super().__init__([*groups, LMHead(d_model, vocab_size)], [d_model] * n_slots)
         self.block_size = block_size
-        self.config = {
-            "vocab_size": vocab_size,
-            "block_size": block_size,
-            "d_model": d_model,
-            "n_layer": n_layer,
-            "n_slots": n_slots,
-        }

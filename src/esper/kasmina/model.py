@@ -157,9 +157,6 @@ class MorphogeneticModel(nn.Module):
     def host_param_count(self) -> int:
         return sum(p.numel() for p in self.host.parameters())
 
-    def seed_param_count(self) -> int:
-        return sum(slot.param_count() for slot in self.ordered_slots())
-
     def batchnorm_layers(self, after_slot: str | None = None) -> dict[str, _BatchNorm]:
         """BatchNorm layers with running statistics that an inference forward runs, by qualified
         name in forward order: the host's and those of blended seeds. With `after_slot`, only

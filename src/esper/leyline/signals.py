@@ -54,9 +54,15 @@ class TrainingSignals:
     host_params: int
     seed_params: int
     seeds_germinated: int
-    max_seeds: int
+    max_germinations: int
     epochs_since_germination: int
     slots: tuple[SlotSignals, ...]
+
+    @property
+    def seed_param_share(self) -> float:
+        """The parameters of the seeds alive now (fossilized included) over the host's own: the
+        one definition of the parameter share (the objective prices it, the observation shows it)."""
+        return self.seed_params / max(self.host_params, 1)
 
     def slot(self, name: str) -> SlotSignals:
         for s in self.slots:

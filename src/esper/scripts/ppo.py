@@ -52,7 +52,7 @@ from esper.tolaria.datasets import TaskData
 from esper.tolaria.training import PRECISIONS
 
 RUN_FILES = ("metrics.jsonl", "summary.json", "events.jsonl", "checkpoints")
-MAX_SEED = 2**62
+MAX_RNG_SEED = 2**62
 
 DEFAULTS: dict[str, Any] = {
     "task": DEFAULT_TASK,
@@ -60,7 +60,7 @@ DEFAULTS: dict[str, Any] = {
     "n_envs": 4,
     "max_epochs": None,  # the task's
     "slots": None,  # all of the host's
-    "max_seeds": 6,
+    "max_germinations": 6,
     "blueprints": None,  # all of the topology's
     "reward_mode": "dense",
     "device": "cpu",
@@ -85,12 +85,12 @@ def add_ppo_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--n-envs", type=int, help="envs stepped together; one round = one episode each (default 4)")
     p.add_argument("--max-epochs", type=int, help="host epochs per episode (default: the task's)")
     p.add_argument("--slots", nargs="+", help="slots the policy may use (default: all of the host's)")
-    p.add_argument("--max-seeds", type=int, help="most germinations per episode (default 6)")
+    p.add_argument("--max-germinations", type=int, help="most germinations per episode (default 6)")
     p.add_argument("--blueprints", nargs="+", help="blueprints the policy may choose (default: all)")
     p.add_argument("--reward-mode", help=f"one of: {', '.join(REWARD_MODES)} (default dense)")
     p.add_argument("--device", help="device of the policy, and of the envs unless --devices (default cpu)")
     p.add_argument("--devices", nargs="+", help="devices the envs are spread over, round-robin")
-    p.add_argument("--seed", type=int, help="seed of the run; episode e trains with seed S + e (default 0)")
+    p.add_argument("--seed", type=int, help="random seed of the run; episode e trains with seed S + e (default 0)")
     p.add_argument("--amp", help="mixed precision for the hosts on CUDA: bf16 or fp16 (fp16: one GradScaler per env)")
     p.add_argument(
         "--compile",
@@ -148,7 +148,7 @@ def resolve_ppo(args: argparse.Namespace, ctx: DistContext = SINGLE_PROCESS) -> 
         device=devices[0],
         max_epochs=max_epochs,
         enabled_slots=slots,
-        max_seeds=settings["max_seeds"],
+        max_germinations=settings["max_germinations"],
         amp=amp,
         compile_backend="inductor" if settings["compile"] else None,
     )
@@ -182,9 +182,9 @@ def check_counts(settings: dict[str, Any]) -> None:
     check_minimum("--episodes", settings["episodes"], 1)
     check_minimum("--n-envs", settings["n_envs"], 1)
     check_minimum("--seed", settings["seed"], 0)
-    if settings["seed"] + settings["episodes"] > MAX_SEED:
-        raise UsageError(f"--seed must be < {MAX_SEED - settings['episodes']}, got {settings['seed']}")
-    check_minimum("--max-seeds", settings["max_seeds"], 0)
+    if settings["seed"] + settings["episodes"] > MAX_RNG_SEED:
+        raise UsageError(f"--seed must be < {MAX_RNG_SEED - settings['episodes']}, got {settings['seed']}")
+    check_minimum("--max-germinations", settings["max_germinations"], 0)
     check_minimum("--save-every", settings["save_every"], 1)
     if settings["reward_mode"] not in REWARD_MODES:
         raise UsageError(f"unknown reward mode {settings['reward_mode']!r}; choose from: {' '.join(REWARD_MODES)}")
@@ -223,7 +223,7 @@ def trainer_config(settings: dict[str, Any], resume: dict[str, Any] | None) -> T
     config = TrainerConfig(
         episodes=settings["episodes"],
         n_envs=settings["n_envs"],
-        seed=settings["seed"],
+        rng_seed=settings["seed"],
         reward=RewardConfig(mode=settings["reward_mode"]),
     )
     if resume is None:
@@ -443,7 +443,7 @@ def run_summary(
             "max_epochs": run.env.max_epochs,
             "slots": list(run.env.enabled_slots),
             "blueprints": list(run.blueprints),
-            "max_seeds": run.env.max_seeds,
+            "max_germinations": run.env.max_germinations,
             "devices": [str(d) for d in run.devices],
             "policy_device": str(run.policy_device),
         },

@@ -43,8 +43,8 @@ from esper.tolaria import (
 from esper.tolaria.datasets import TaskData
 from esper.tolaria.episode import run_episode
 
-DEFAULT_MAX_SEEDS = 6
-MAX_SEED = 2**63 - 1
+DEFAULT_MAX_GERMINATIONS = 6
+MAX_RNG_SEED = 2**63 - 1
 RUN_FILES = ("summary.json", "events.jsonl")
 
 
@@ -57,16 +57,16 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("--max-epochs", type=int, default=None, help="host epochs per episode (default: the task's)")
     h.add_argument("--slots", nargs="+", default=None, help="slots the controller may use (default: all of the host's)")
     h.add_argument(
-        "--max-seeds",
+        "--max-germinations",
         type=int,
-        default=DEFAULT_MAX_SEEDS,
-        help=f"most germinations per episode; 0 trains the host alone (default {DEFAULT_MAX_SEEDS})",
+        default=DEFAULT_MAX_GERMINATIONS,
+        help=f"most germinations per episode; 0 trains the host alone (default {DEFAULT_MAX_GERMINATIONS})",
     )
     h.add_argument(
         "--blueprints", nargs="+", default=None, help="blueprints to rotate through (default: all of the topology's)"
     )
     h.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or mps (default cpu)")
-    h.add_argument("--seed", type=int, default=0, help="seed of the first episode (default 0)")
+    h.add_argument("--seed", type=int, default=0, help="random seed of the first episode (default 0)")
     h.add_argument(
         "--data-dir", default=None, help="folder of a real dataset (cifar10, textfile); else $ESPER_DATA_DIR"
     )
@@ -84,7 +84,7 @@ class HeuristicRun:
     data: TaskData
     env: EnvConfig
     episodes: int
-    seed: int
+    rng_seed: int
     blueprints: tuple[str, ...]
     run_dir: Path
     quiet: bool
@@ -95,10 +95,10 @@ def resolve_heuristic(args: argparse.Namespace) -> HeuristicRun:
     task = resolve_task(args.task)
     check_minimum("--episodes", args.episodes, 1)
     check_minimum("--seed", args.seed, 0)
-    if args.seed + args.episodes > MAX_SEED:
-        limit = MAX_SEED - args.episodes
+    if args.seed + args.episodes > MAX_RNG_SEED:
+        limit = MAX_RNG_SEED - args.episodes
         raise UsageError(f"--seed must be < {limit} with {args.episodes} episode(s), got {args.seed}")
-    check_minimum("--max-seeds", args.max_seeds, 0)
+    check_minimum("--max-germinations", args.max_germinations, 0)
     max_epochs = task.max_epochs if args.max_epochs is None else args.max_epochs
     check_minimum("--max-epochs", max_epochs, 1)
     device = resolve_device_arg(args.device)
@@ -110,7 +110,9 @@ def resolve_heuristic(args: argparse.Namespace) -> HeuristicRun:
     )
     check_run_dir(run_dir, RUN_FILES)
     data = load_task_data(task, args.data_dir)
-    env = EnvConfig(task=task, device=device, max_epochs=max_epochs, enabled_slots=slots, max_seeds=args.max_seeds)
+    env = EnvConfig(
+        task=task, device=device, max_epochs=max_epochs, enabled_slots=slots, max_germinations=args.max_germinations
+    )
     return HeuristicRun(task, data, env, args.episodes, args.seed, blueprints, run_dir, args.quiet)
 
 
@@ -126,14 +128,14 @@ def run_heuristic(run: HeuristicRun) -> dict:
     )
     print(
         f"esper heuristic: task {run.task.name}, {run.episodes} episode(s) x {run.env.max_epochs} epochs, "
-        f"slots {' '.join(run.env.enabled_slots)}, max seeds {run.env.max_seeds}, device {run.env.device}, "
-        f"run dir {run.run_dir}",
+        f"slots {' '.join(run.env.enabled_slots)}, max germinations {run.env.max_germinations}, "
+        f"device {run.env.device}, run dir {run.run_dir}",
         flush=True,
     )
     outcomes = []
     try:
         for i in range(run.episodes):
-            outcomes.append(run_episode(env, controller, seed=run.seed + i, episode=i))
+            outcomes.append(run_episode(env, controller, rng_seed=run.rng_seed + i, episode=i))
     finally:
         hub.close()
     slot_names = [s.name for s in env.model.slot_ids] if env.model is not None else list(run.env.enabled_slots)
@@ -148,10 +150,10 @@ def run_heuristic(run: HeuristicRun) -> dict:
             "episodes": run.episodes,
             "max_epochs": run.env.max_epochs,
             "slots": list(run.env.enabled_slots),
-            "max_seeds": run.env.max_seeds,
+            "max_germinations": run.env.max_germinations,
             "blueprints": list(run.blueprints),
             "device": str(run.env.device),
-            "seed": run.seed,
+            "seed": run.rng_seed,
             "torch": torch.__version__,
         },
     )

@@ -35,7 +35,7 @@ from esper.tamiyo import HEADS, ActionSpace, PolicySpaces
 from esper.tolaria.datasets import TaskData
 from esper.tolaria.environment import EnvConfig, MorphogeneticEnv
 
-SEED_BOUND = 2**62
+RNG_SEED_BOUND = 2**62
 """Episode seeds drawn when `reset` gets none (the range `MorphogeneticEnv` itself draws from)."""
 
 
@@ -97,8 +97,8 @@ class MorphogeneticGymEnv(gymnasium.Env):
         seed itself, so a run here matches the heuristic's with the same seed); without one,
         the episode seed is drawn from `self.np_random`, seeded by the last seeded reset."""
         super().reset(seed=seed)
-        episode_seed = seed if seed is not None else int(self.np_random.integers(SEED_BOUND))
-        self._signals = self.env.reset(episode_seed)
+        episode_rng_seed = seed if seed is not None else int(self.np_random.integers(RNG_SEED_BOUND))
+        self._signals = self.env.reset(episode_rng_seed)
         return self._observation(), self._info()
 
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:

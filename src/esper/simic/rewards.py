@@ -101,14 +101,9 @@ def potential(signals: TrainingSignals) -> float:
     return sum(STAGE_POTENTIAL.get(s.stage, 0.0) for s in signals.slots if s.seed_id is not None)
 
 
-def seed_param_share(signals: TrainingSignals) -> float:
-    """Parameters of the seeds alive now (fossilized included, counted once) over the host's."""
-    return signals.seed_params / max(signals.host_params, 1)
-
-
 def objective(signals: TrainingSignals, param_price: float) -> float:
     """J: selection accuracy (points) minus the price of the parameters the seeds add."""
-    return signals.val_accuracy - param_price * seed_param_share(signals)
+    return signals.val_accuracy - param_price * signals.seed_param_share
 
 
 class RewardFunction:
@@ -140,7 +135,7 @@ class RewardFunction:
             accuracy=c.accuracy_weight * (next_state.val_accuracy - state.val_accuracy),
             parameter_cost=-c.accuracy_weight
             * c.param_price
-            * (seed_param_share(next_state) - seed_param_share(state)),
+            * (next_state.seed_param_share - state.seed_param_share),
             shaping=c.shaping_weight * (c.gamma * next_potential - potential(state)),
             panic=penalty,
         )

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from esper.leyline import Decision, GateThresholds, LifecycleOp, TrainingSignals
+from esper.leyline import Decision, LifecycleOp, TrainingSignals
 from esper.simic.buffer import RolloutBuffer
 from esper.simic.distributed import SINGLE_PROCESS, DistContext, merge_observations
 from esper.simic.normalizer import RunningMeanStd
@@ -51,7 +51,7 @@ class TrainerConfig:
     episodes: int
     """Total episodes of the run, counting those done before a resume."""
     n_envs: int
-    seed: int = 0
+    rng_seed: int = 0
     hidden: int = 128
     reward: RewardConfig = field(default_factory=RewardConfig)
     ppo: PPOConfig = field(default_factory=lambda: PPOConfig(gamma=1.0))
@@ -102,8 +102,7 @@ class Setup:
     spaces: PolicySpaces
     reward: RewardFunction
     policy_device: torch.device
-    thresholds: GateThresholds
-    episode_seed: Callable[[int], int] = lambda episode: episode
+    episode_rng_seed: Callable[[int], int] = lambda episode: episode
     ctx: DistContext = SINGLE_PROCESS
     """This process's rank under `torchrun`: its envs run distinct episodes."""
 
@@ -168,7 +167,7 @@ def build_trainer(
     emit=None,
 ) -> tuple[Setup, Learner]:
     """A fresh run: this rank's envs over `devices`, the spaces derived from the task's host, and
-    a learner. Episode `e` trains with seed `config.seed + e` on whichever rank runs it."""
+    a learner. Episode `e` trains with RNG seed `config.rng_seed + e` on whichever rank runs it."""
     task = env_config.task
     spaces = PolicySpaces.derive(task.topology, task.slot_names, blueprints)
     envs = build_envs(env_config, data, devices, config.n_envs, emit)
@@ -179,8 +178,7 @@ def build_trainer(
         spaces=spaces,
         reward=RewardFunction(config.reward, config.ppo.gamma),
         policy_device=policy_device,
-        thresholds=env_config.thresholds,
-        episode_seed=lambda episode: config.seed + episode,
+        episode_rng_seed=lambda episode: config.rng_seed + episode,
         ctx=ctx,
     )
     return setup, make_learner(config, spaces, policy_device, ctx)
@@ -196,16 +194,16 @@ def make_learner(
     device: torch.device,
     ctx: DistContext = SINGLE_PROCESS,
 ) -> Learner:
-    """The policy is initialised from the run seed on every rank (and rank 0's weights are
+    """The policy is initialised from the run's RNG seed on every rank (and rank 0's weights are
     broadcast, so ranks agree even if initialisation ever drew from elsewhere); the sampling,
     shuffling and data generators differ per rank."""
-    with seeded_init(config.seed):
+    with seeded_init(config.rng_seed):
         policy = RecurrentPolicy(spaces.layout.obs_dim, spaces.actions.head_sizes, config.hidden, config.hidden).to(
             device
         )
     ctx.broadcast_module(policy)
     optimizer = torch.optim.Adam(policy.parameters(), lr=config.ppo.learning_rate, eps=1e-5)
-    base = config.seed + RANK_SEED_STRIDE * ctx.rank
+    base = config.rng_seed + RANK_SEED_STRIDE * ctx.rank
     return Learner(
         policy=policy,
         optimizer=optimizer,
@@ -221,7 +219,7 @@ def start_round(setup: Setup, learner: Learner, n_envs: int) -> RoundState:
     """Reset the first `n_envs` envs on the next episode indices (rank r takes the r-th block)."""
     envs = setup.envs[:n_envs]
     episodes = [learner.episodes_done + setup.ctx.rank * n_envs + i for i in range(n_envs)]
-    signals = [env.reset(setup.episode_seed(ep), ep) for env, ep in zip(envs, episodes, strict=True)]
+    signals = [env.reset(setup.episode_rng_seed(ep), ep) for env, ep in zip(envs, episodes, strict=True)]
     state = learner.policy.initial_state(n_envs, setup.policy_device)
     buffer = RolloutBuffer(
         setup.max_epochs,
@@ -253,7 +251,7 @@ def observe(setup: Setup, learner: Learner, rs: RoundState, ids: list[int]) -> t
 def action_masks(setup: Setup, rs: RoundState, ids: list[int]) -> FactoredMasks:
     firsts, conditionals = [], []
     for i in ids:
-        first, conditional = setup.spaces.actions.conditional_masks(rs.signals[i], setup.thresholds)
+        first, conditional = setup.spaces.actions.conditional_masks(rs.signals[i], rs.envs[i].config.thresholds)
         firsts.append(first)
         conditionals.append(conditional)
     device = setup.policy_device
@@ -341,7 +339,7 @@ def reward_and_store(
     rs.episode_start[index.to(device)] = False
 
 
-def finish_round(setup: Setup, learner: Learner, rs: RoundState) -> tuple[UpdateStats, dict[str, float]]:
+def finish_round(setup: Setup, learner: Learner, rs: RoundState) -> dict[str, float]:
     """GAE (every episode ended as a terminal, so nothing bootstraps), the PPO update, metrics.
 
     Each env's test accuracy is measured here, after its episode and outside anything the policy
@@ -363,7 +361,7 @@ def finish_round(setup: Setup, learner: Learner, rs: RoundState) -> tuple[Update
     row = round_metrics(learner, rs, stats, steps, seconds, lr, ent_coef)
     row["charts/final_test_accuracy"] = sum(test_accuracy) / len(test_accuracy)
     row = reduce_metrics(ctx, row)
-    return stats, row
+    return row
 
 
 SUMMED_METRICS: tuple[str, ...] = ("charts/panics", "charts/SPS")
@@ -395,7 +393,7 @@ def round_metrics(
         "charts/episodic_return": sum(rs.returns) / n,
         "charts/episodic_length": steps / n,
         "charts/final_val_accuracy": sum(s.val_accuracy for s in final) / n,
-        "charts/seed_param_share": sum(s.seed_params / max(s.host_params, 1) for s in final) / n,
+        "charts/seed_param_share": sum(s.seed_param_share for s in final) / n,
         "charts/seeds_germinated": sum(s.seeds_germinated for s in final) / n,
         "charts/fossilized_seeds": sum(sum(r.final_stage == "FOSSILIZED" for r in env.records) for env in rs.envs) / n,
         "charts/panics": float(rs.panics),
@@ -432,8 +430,7 @@ def run_round(setup: Setup, learner: Learner, on_epoch: Callable[[int], None] | 
         reward_and_store(setup, rs, ids, obs, sample, values, decisions, results)
         if on_epoch is not None:
             on_epoch(len(ids))
-    _, row = finish_round(setup, learner, rs)
-    return row
+    return finish_round(setup, learner, rs)
 
 
 # --------------------------------------------------------------------------- checkpoints

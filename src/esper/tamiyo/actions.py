@@ -48,7 +48,7 @@ class ActionSpace:
         mask is all-True only so that the (ignored) distribution is well defined."""
         if op is LifecycleOp.WAIT:
             return torch.ones(len(self.slot_names), dtype=torch.bool)
-        budget_left = signals.seeds_germinated < signals.max_seeds
+        budget_left = signals.seeds_germinated < signals.max_germinations
         return torch.tensor([self._can_act(op, s, thresholds, budget_left) for s in self._slots(signals)])
 
     def op_mask(self, signals: TrainingSignals, thresholds: GateThresholds) -> torch.Tensor:

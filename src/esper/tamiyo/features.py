@@ -26,8 +26,8 @@ GLOBAL_FEATURES: tuple[str, ...] = (
     "best_val_accuracy",  # / 100
     "plateau_fraction",  # plateau epochs / max_epochs
     "host_params_log",  # log10(1 + n) / 10
-    "seed_param_share",  # seed params / (host + seed params)
-    "seed_budget_used",  # germinations / max_seeds (1 when the budget is 0)
+    "seed_param_fraction",  # share / (1 + share) = seed params / all params: bounded in [0, 1)
+    "seed_budget_used",  # germinations / max_germinations (1 when the budget is 0)
     "since_germination_fraction",  # min(epochs since germination / max_epochs, 1)
 )
 
@@ -119,7 +119,6 @@ class ObservationLayout:
 
 
 def _global_features(s: TrainingSignals) -> list[float]:
-    total = s.host_params + s.seed_params
     return [
         s.epoch / s.max_epochs,
         math.log1p(max(s.train_loss, 0.0)),
@@ -131,7 +130,7 @@ def _global_features(s: TrainingSignals) -> list[float]:
         s.best_val_accuracy / 100.0,
         min(s.plateau_epochs / s.max_epochs, 1.0),
         math.log10(1 + s.host_params) / 10.0,
-        s.seed_params / max(total, 1),
-        s.seeds_germinated / s.max_seeds if s.max_seeds > 0 else 1.0,
+        s.seed_param_share / (1.0 + s.seed_param_share),
+        s.seeds_germinated / s.max_germinations if s.max_germinations > 0 else 1.0,
         min(s.epochs_since_germination / s.max_epochs, 1.0),
     ]

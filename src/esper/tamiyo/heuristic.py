@@ -114,7 +114,7 @@ class HeuristicController:
             and signals.max_epochs - signals.epoch >= self.epochs_to_judge_a_seed
             and signals.plateau_epochs >= c.plateau_patience
             and signals.epochs_since_germination >= c.germination_cooldown
-            and signals.seeds_germinated < signals.max_seeds
+            and signals.seeds_germinated < signals.max_germinations
         )
         empty = [s for s in slots if s.stage is SeedStage.DORMANT]
         if ready and empty:

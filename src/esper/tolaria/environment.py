@@ -53,7 +53,7 @@ class EnvConfig:
     max_epochs: int
     enabled_slots: tuple[str, ...]
     """Slots a controller may act on, in host order; the others stay dormant."""
-    max_seeds: int
+    max_germinations: int
     """Most germinations in one episode; 0 trains the host alone."""
     thresholds: GateThresholds = field(default_factory=GateThresholds)
     governor: GovernorConfig = field(default_factory=GovernorConfig)
@@ -73,8 +73,8 @@ class EnvConfig:
     def __post_init__(self) -> None:
         if self.max_epochs < 1:
             raise ValueError(f"max_epochs must be >= 1, got {self.max_epochs}")
-        if self.max_seeds < 0:
-            raise ValueError(f"max_seeds must be >= 0, got {self.max_seeds}")
+        if self.max_germinations < 0:
+            raise ValueError(f"max_germinations must be >= 0, got {self.max_germinations}")
         if self.host_width is not None and self.host_width < 1:
             raise ValueError(f"host_width must be >= 1, got {self.host_width}")
         if self.amp is not None and self.amp not in PRECISIONS:
@@ -138,11 +138,11 @@ def cosine_lr_factor(epoch: int, max_epochs: int) -> float:
 
 
 @contextlib.contextmanager
-def seeded_init(seed: int) -> Iterator[None]:
+def seeded_init(rng_seed: int) -> Iterator[None]:
     """Build modules from a private CPU RNG stream; the global CPU and CUDA RNG states are
     left as they were (modules are built on the CPU, then moved)."""
     with torch.random.fork_rng(devices=[]):
-        torch.random.default_generator.manual_seed(seed)
+        torch.random.default_generator.manual_seed(rng_seed)
         yield
 
 
@@ -161,15 +161,15 @@ def compiled_forward(model: MorphogeneticModel, backend: str | Callable | None) 
     return torch.compile(model, backend=backend)
 
 
-def _draw_seed(generator: torch.Generator) -> int:
+def _draw_rng_seed(generator: torch.Generator) -> int:
     return int(torch.randint(0, 2**62, (1,), generator=generator))
 
 
 class MorphogeneticEnv:
-    """One host training run. Deterministic given the `reset` seed, from two generators of the
+    """One host training run. Deterministic given the `reset` RNG seed, from two generators of the
     env's own: one for the data order (shuffling, augmentation), one for initialisation (the host,
     then each new seed). Growing a seed therefore never changes the batches, so a grown run and a
-    static run of the same seed see the same data and start from the same host."""
+    static run of the same RNG seed see the same data and start from the same host."""
 
     def __init__(self, config: EnvConfig, data: TaskData, emit: Callable[[Event], None] | None = None) -> None:
         self.config = config
@@ -187,13 +187,13 @@ class MorphogeneticEnv:
         self._seeds_created = 0  # over the env's lifetime, so seed ids are unique per env
 
     # ----------------------------------------------------------------- public API
-    def reset(self, seed: int, episode: int | None = None) -> TrainingSignals:
+    def reset(self, rng_seed: int, episode: int | None = None) -> TrainingSignals:
         """Build a fresh host and measure it once (epoch 0)."""
         self.episode = self.episode + 1 if episode is None else episode
-        root = torch.Generator().manual_seed(seed)
-        self._init_rng = torch.Generator().manual_seed(_draw_seed(root))
-        self._data_rng = torch.Generator().manual_seed(_draw_seed(root))
-        with seeded_init(_draw_seed(self._init_rng)):
+        root = torch.Generator().manual_seed(rng_seed)
+        self._init_rng = torch.Generator().manual_seed(_draw_rng_seed(root))
+        self._data_rng = torch.Generator().manual_seed(_draw_rng_seed(root))
+        with seeded_init(_draw_rng_seed(self._init_rng)):
             host = self.config.task.build_host(self.config.host_width)
         self.model = MorphogeneticModel(host, self.config.thresholds).to(self.config.device)
         for name in self.config.enabled_slots:
@@ -382,8 +382,8 @@ class MorphogeneticEnv:
         if decision.op is LifecycleOp.GERMINATE:
             assert decision.blueprint is not None
             get_blueprint(self.model.topology, decision.blueprint)
-            if self.seeds_germinated >= self.config.max_seeds:
-                raise GateRefused(f"G0: seed budget of {self.config.max_seeds} germinations is spent")
+            if self.seeds_germinated >= self.config.max_germinations:
+                raise GateRefused(f"G0: seed budget of {self.config.max_germinations} germinations is spent")
             result = slot.lifecycle.gate_germinate()
         elif decision.op is LifecycleOp.FOSSILIZE:
             result = slot.lifecycle.gate_fossilize(self._last_val.contribution(name))
@@ -404,7 +404,7 @@ class MorphogeneticEnv:
             assert decision.blueprint is not None
             self._seeds_created += 1
             seed_id = f"seed-{self._seeds_created}"
-            with seeded_init(_draw_seed(self._init_rng)):
+            with seeded_init(_draw_rng_seed(self._init_rng)):
                 slot_changes = slot.germinate(decision.blueprint, seed_id, decision.schedule)
             self.seeds_germinated += 1
             self.tracker.last_germination_epoch = self.epoch
@@ -557,7 +557,7 @@ class MorphogeneticEnv:
             slots,
             self.model.host_param_count(),
             self.seeds_germinated,
-            self.config.max_seeds,
+            self.config.max_germinations,
             healthy=healthy,
         )
 

@@ -21,7 +21,7 @@ class Controller(Protocol):
 @dataclass(frozen=True)
 class EpisodeOutcome:
     episode: int
-    seed: int
+    rng_seed: int
     final_val_accuracy: float
     """On the selection split, which every decision of the episode read."""
     final_val_loss: float
@@ -37,7 +37,7 @@ class EpisodeOutcome:
     def to_json(self) -> dict[str, object]:
         return {
             "episode": self.episode,
-            "seed": self.seed,
+            "rng_seed": self.rng_seed,
             "final_val_accuracy": self.final_val_accuracy,
             "final_val_loss": self.final_val_loss,
             "final_test_accuracy": self.final_test_accuracy,
@@ -50,8 +50,8 @@ class EpisodeOutcome:
         }
 
 
-def run_episode(env: MorphogeneticEnv, controller: Controller, seed: int, episode: int) -> EpisodeOutcome:
-    signals = env.reset(seed, episode)
+def run_episode(env: MorphogeneticEnv, controller: Controller, rng_seed: int, episode: int) -> EpisodeOutcome:
+    signals = env.reset(rng_seed, episode)
     controller.reset()
     done = False
     while not done:
@@ -62,7 +62,7 @@ def run_episode(env: MorphogeneticEnv, controller: Controller, seed: int, episod
     test = env.evaluate_test()
     outcome = EpisodeOutcome(
         episode=episode,
-        seed=seed,
+        rng_seed=rng_seed,
         final_val_accuracy=signals.val_accuracy,
         final_val_loss=signals.val_loss,
         final_test_accuracy=test.accuracy,

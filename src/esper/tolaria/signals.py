@@ -48,7 +48,7 @@ class SignalTracker:
         slots: tuple[SlotSignals, ...],
         host_params: int,
         seeds_germinated: int,
-        max_seeds: int,
+        max_germinations: int,
         healthy: bool = True,
     ) -> TrainingSignals:
         """Signals after `epoch`. An unhealthy epoch (rolled back by the governor) repeats the
@@ -76,7 +76,7 @@ class SignalTracker:
             host_params=host_params,
             seed_params=sum(s.param_count for s in slots),
             seeds_germinated=seeds_germinated,
-            max_seeds=max_seeds,
+            max_germinations=max_germinations,
             epochs_since_germination=since,
             slots=slots,
         )
