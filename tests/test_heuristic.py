@@ -51,7 +51,7 @@ def germinated(decision: Decision) -> list[tuple[str, StageChange]]:
 
 def decide_and_execute(c: HeuristicController, s: TrainingSignals) -> Decision:
     d = c.decide(s)
-    c.observe(d, germinated(d) if d.op is LifecycleOp.GERMINATE else [])
+    c.record_step(d, germinated(d) if d.op is LifecycleOp.GERMINATE else [])
     return d
 
 
@@ -108,7 +108,7 @@ def test_decide_has_no_side_effects() -> None:
     c = controller()
     empty = signals([slot(n) for n in SLOTS])
     assert len({repr(c.decide(empty)) for _ in range(5)}) == 1
-    c.observe(c.decide(empty), [])  # refused or rolled back: nothing was germinated
+    c.record_step(c.decide(empty), [])  # refused or rolled back: nothing was germinated
     assert c.decide(empty).blueprint == c.rotation[0]
 
 
@@ -124,12 +124,12 @@ def test_culled_blueprints_are_penalised_in_rotation() -> None:
     c = controller()
     empty = [slot(n) for n in SLOTS]
     decide_and_execute(c, signals(empty))
-    c.observe(Decision.wait(), [("early", StageChange(SeedStage.BLENDING, SeedStage.CULLED, "harmful"))])
+    c.record_step(Decision.wait(), [("early", StageChange(SeedStage.BLENDING, SeedStage.CULLED, "harmful"))])
     assert c.penalty["conv_heavy"] > 0
     choices = [decide_and_execute(c, signals(empty)).blueprint for _ in range(2 * len(c.rotation))]
     assert "conv_heavy" not in choices[:3]  # penalised while every other blueprint is clean
     for _ in range(40):  # penalties decay every epoch; the blueprint comes back into rotation
-        c.observe(Decision.wait(), [])
+        c.record_step(Decision.wait(), [])
     assert "conv_heavy" in [decide_and_execute(c, signals(empty)).blueprint for _ in c.rotation]
 
 

@@ -237,7 +237,7 @@ def collect(setup: vec.Setup, learner: vec.Learner, before_train=None) -> tuple[
     acted_on = []
     epoch = 0
     while ids := rs.running_ids():
-        obs = vec.observe(setup, learner, rs, ids)
+        obs = vec.policy_inputs(setup, learner, rs, ids)
         acted_on.append((ids, obs.clone()))
         sample, values, decisions = vec.act(setup, learner, rs, ids, obs)
         epoch += 1

@@ -65,7 +65,7 @@ def ppo_round(data: ImageData) -> tuple[dict[str, float], dict[str, torch.Tensor
     setup, learner = vec.build_trainer(config, env_config, data, [torch.device("cpu")], torch.device("cpu"))
     rs = vec.start_round(setup, learner, 2)
     while ids := rs.running_ids():
-        obs = vec.observe(setup, learner, rs, ids)
+        obs = vec.policy_inputs(setup, learner, rs, ids)
         sample, values, decisions = vec.act(setup, learner, rs, ids, obs)
         results = vec.train_epoch(setup, learner, rs, ids, decisions)
         vec.reward_and_store(setup, rs, ids, obs, sample, values, decisions, results)

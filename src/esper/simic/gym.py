@@ -229,7 +229,7 @@ def as_tensor(raw: np.ndarray) -> torch.Tensor:
     return torch.as_tensor(np.asarray(raw, dtype=np.float32)).reshape(raw.shape[0], -1)
 
 
-def observe(run: GymRun, raw: np.ndarray) -> torch.Tensor:
+def normalized_observation(run: GymRun, raw: np.ndarray) -> torch.Tensor:
     """What the policy acts on: the statistics learn from the raw batch first, then normalize it.
     Called once per batch the policy acts on, so no observation is counted twice."""
     obs = as_tensor(raw)
@@ -280,7 +280,7 @@ def record_episodes(run: GymRun, rewards: np.ndarray, ended: np.ndarray) -> None
 @torch.no_grad()
 def collect_step(run: GymRun, buffer: RolloutBuffer, masks: FactoredMasks) -> None:
     """One step of every env: act, step the vector env, bootstrap truncations, store."""
-    obs = observe(run, run.raw_obs)
+    obs = normalized_observation(run, run.raw_obs)
     logits, values, state = run.policy(obs.unsqueeze(0), run.lstm, run.episode_start.unsqueeze(0))
     sample = sample_factored([lg[0] for lg in logits], masks, run.sample_generator)
     raw_next, rewards, terminated, truncated, info = run.envs.step(run.codec.decode(sample.actions))

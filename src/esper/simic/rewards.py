@@ -133,9 +133,7 @@ class RewardFunction:
         next_potential = 0.0 if terminal else potential(next_state)
         return RewardBreakdown(
             accuracy=c.accuracy_weight * (next_state.val_accuracy - state.val_accuracy),
-            parameter_cost=-c.accuracy_weight
-            * c.param_price
-            * (next_state.seed_param_share - state.seed_param_share),
+            parameter_cost=-c.accuracy_weight * c.param_price * (next_state.seed_param_share - state.seed_param_share),
             shaping=c.shaping_weight * (c.gamma * next_potential - potential(state)),
             panic=penalty,
         )

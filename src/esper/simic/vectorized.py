@@ -2,10 +2,10 @@
 
 One round collects one episode from each of `n_envs` envs in lockstep, then updates the policy:
 
-    start_round -> for each epoch: observe -> act -> train_epoch -> reward_and_store
+    start_round -> for each epoch: policy_inputs -> act -> train_epoch -> reward_and_store
                 -> finish_round (GAE, PPO update, metrics)
 
-- observe: each env's signals become the fixed-size observation; the running normalizer is
+- policy_inputs: each env's signals become the fixed-size observation; the running normalizer is
   updated with the raw batch, and the normalized batch is what the policy sees and the buffer
   stores.
 - act: one batched policy forward for every env still in its episode; the op is sampled first,
@@ -241,7 +241,7 @@ def start_round(setup: Setup, learner: Learner, n_envs: int) -> RoundState:
     )
 
 
-def observe(setup: Setup, learner: Learner, rs: RoundState, ids: list[int]) -> torch.Tensor:
+def policy_inputs(setup: Setup, learner: Learner, rs: RoundState, ids: list[int]) -> torch.Tensor:
     """The normalized observations of envs `ids`, (K, obs_dim) on the policy's device."""
     raw = torch.stack([setup.spaces.layout.featurize(rs.signals[i]) for i in ids])
     rs.raw_obs.append(raw)
@@ -424,7 +424,7 @@ def run_round(setup: Setup, learner: Learner, on_epoch: Callable[[int], None] | 
     n_envs = min(setup.config.n_envs, math.ceil(remaining / setup.ctx.world_size))
     rs = start_round(setup, learner, n_envs)
     while ids := rs.running_ids():
-        obs = observe(setup, learner, rs, ids)
+        obs = policy_inputs(setup, learner, rs, ids)
         sample, values, decisions = act(setup, learner, rs, ids, obs)
         results = train_epoch(setup, learner, rs, ids, decisions)
         reward_and_store(setup, rs, ids, obs, sample, values, decisions, results)

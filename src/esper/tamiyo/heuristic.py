@@ -55,7 +55,7 @@ class HeuristicController:
     4. otherwise wait.
 
     The controller reads the env's `GateThresholds`, so it never asks for an op the gates refuse.
-    `decide` has no side effects; `observe` learns from what the step actually did.
+    `decide` has no side effects; `record_step` learns from what the step actually did.
     """
 
     def __init__(
@@ -123,7 +123,7 @@ class HeuristicController:
             return Decision(LifecycleOp.GERMINATE, slot, self._choose_blueprint(slot), c.schedule, reason=reason)
         return Decision.wait()
 
-    def observe(self, decision: Decision, changes: Sequence[tuple[str, StageChange]]) -> None:
+    def record_step(self, decision: Decision, changes: Sequence[tuple[str, StageChange]]) -> None:
         """Learn from what the step actually did: a germination advances that slot's rotation,
         a cull (by anyone) penalises the blueprint that was culled."""
         for name in self.penalty:

@@ -219,7 +219,7 @@ class MorphogeneticEnv:
         self._epoch_before_step: int | None = None
         self._ended_by_panic = False
         self.governor.record_healthy(None, self._snapshot())
-        self.signals = self._observe(measured, val)
+        self.signals = self._assemble_signals(measured, val)
         return self.signals
 
     def step(self, decision: Decision) -> StepResult:
@@ -320,7 +320,7 @@ class MorphogeneticEnv:
             raise
         self._open, self._epoch_before_step = None, None
         self._flush_events()
-        self.signals = self._observe(measured, val, healthy=panic is None)
+        self.signals = self._assemble_signals(measured, val, healthy=panic is None)
         if panic is not None and self.governor.gave_up:
             panic += f"; episode ended after {self.governor.consecutive_rollbacks} consecutive rollbacks"
         self._emit_epoch(self.signals, step.decision)
@@ -531,7 +531,9 @@ class MorphogeneticEnv:
             self.seed_optimizers.pop(name, None)
         return changes
 
-    def _observe(self, measured: EpochMeasurements, val: ValidationStats, healthy: bool = True) -> TrainingSignals:
+    def _assemble_signals(
+        self, measured: EpochMeasurements, val: ValidationStats, healthy: bool = True
+    ) -> TrainingSignals:
         assert self.model is not None
         self._last_measured = measured
         slots = tuple(

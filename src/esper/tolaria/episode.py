@@ -15,7 +15,7 @@ from esper.tolaria.environment import MorphogeneticEnv, SeedRecord
 class Controller(Protocol):
     def reset(self) -> None: ...
     def decide(self, signals: TrainingSignals) -> Decision: ...
-    def observe(self, decision: Decision, changes: Sequence[tuple[str, StageChange]]) -> None: ...
+    def record_step(self, decision: Decision, changes: Sequence[tuple[str, StageChange]]) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,7 @@ def run_episode(env: MorphogeneticEnv, controller: Controller, rng_seed: int, ep
     while not done:
         decision = controller.decide(signals)
         result = env.step(decision)
-        controller.observe(decision, result.changes)
+        controller.record_step(decision, result.changes)
         signals, done = result.signals, result.done
     test = env.evaluate_test()
     outcome = EpisodeOutcome(
