@@ -27,7 +27,7 @@ import torch
 from esper.kasmina import GateInputs, MorphogeneticModel
 from esper.leyline import BlendSchedule, SeedStage
 from esper.tolaria import get_task
-from esper.tolaria.environment import VALIDATION_BATCH_SIZE
+from esper.tolaria.passes import VALIDATION_BATCH_SIZE
 from esper.tolaria.training import BatchNormMoments, TrainingEpoch, loss_and_correct, validate
 
 

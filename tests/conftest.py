@@ -13,7 +13,7 @@ from esper.kasmina import CNNHost, TransformerHost
 from esper.leyline import TrainingSignals
 from esper.tolaria import DATA_DIR_ENV, EnvConfig, MorphogeneticEnv, TaskSpec, get_task
 from esper.tolaria.datasets import ImageData, TokenData, load_shapes, pydoc_topics_bytes, split_tokens
-from esper.tolaria.environment import VALIDATION_BATCH_SIZE
+from esper.tolaria.passes import VALIDATION_BATCH_SIZE
 from esper.tolaria.training import validate
 
 
@@ -100,9 +100,9 @@ def assert_signals_measure_the_model_left(env: MorphogeneticEnv, signals: Traini
     """The signals' selection loss and accuracy are those of the env's model as it is now."""
     left = validate(
         env.model,
-        env.data.val_batches(VALIDATION_BATCH_SIZE),
+        env.passes.data.val_batches(VALIDATION_BATCH_SIZE),
         (),
-        calibration=env.data.calibration_batches(VALIDATION_BATCH_SIZE),
+        calibration=env.passes.data.calibration_batches(VALIDATION_BATCH_SIZE),
     )
     assert signals.val_loss == pytest.approx(left.loss)
     assert signals.val_accuracy == pytest.approx(left.accuracy)

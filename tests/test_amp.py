@@ -72,9 +72,9 @@ def test_validation_under_autocast_leaves_no_cast_cache_for_training() -> None:
     forward must build its graph from fresh casts (a stale cache would give no weight gradient)."""
     env = make_env(max_epochs=3, amp="bf16")
     env.reset(0)
-    env._validate()
+    env.passes.measure(env.model)
     first = next(env.model.host.parameters())
-    x, y = next(env.data.train_batches(env.config.task.batch_size, torch.Generator().manual_seed(0)))
+    x, y = next(env.passes.data.train_batches(env.config.task.batch_size, torch.Generator().manual_seed(0)))
     env.begin_step(Decision.wait())
     env.train_batch(x, y)
     assert first.grad is not None and torch.isfinite(first.grad).all() and first.grad.abs().sum() > 0

@@ -61,8 +61,8 @@ def test_a_seed_with_no_real_effect_reads_zero_where_stale_statistics_read_many_
     slot.germinate("norm", "seed-nil", BlendSchedule.LINEAR)
     while slot.stage is not SeedStage.PROBATIONARY:
         slot.tick(GateInputs(contribution=1.0, grad_norm=1.0))
-    val_batches = list(env.data.val_batches(500))
-    calibration = list(env.data.calibration_batches(500))
+    val_batches = list(env.passes.data.val_batches(500))
+    calibration = list(env.passes.data.calibration_batches(500))
     seed_input = recalibrate_batchnorm(model, calibration, ()).model  # the seed's own: statistics of h
     norm = slot.seed.norm
     with torch.no_grad():  # gamma = std, beta = mean: the seed outputs its input exactly
@@ -76,7 +76,7 @@ def test_a_seed_with_no_real_effect_reads_zero_where_stale_statistics_read_many_
     # the old measurement: alpha 0 under the statistics the network with the seed has
     with_seed = recalibrate_batchnorm(model, calibration, ()).model
     stale = stats.accuracy - accuracy_of(model, val_batches, {"mid": 0.0}, with_seed)
-    train_batches = list(env.data.train_batches(100, torch.Generator().manual_seed(1)))
+    train_batches = list(env.passes.data.train_batches(100, torch.Generator().manual_seed(1)))
     real = resettled_accuracy(model, train_batches, val_batches, None) - resettled_accuracy(
         model, train_batches, val_batches, "mid"
     )

@@ -31,7 +31,7 @@ def test_decision_is_executed_before_the_epoch_and_stamped_with_it() -> None:
         ("late", SeedStage.GERMINATED),
         ("late", SeedStage.TRAINING),
     ]
-    assert env.records[0].stage_history == [(1, "GERMINATED"), (1, "TRAINING")]
+    assert env.seeds.records[0].stage_history == [(1, "GERMINATED"), (1, "TRAINING")]
     assert result.signals.slot("late").grad_norm > 0  # it trained during this very epoch
 
 
@@ -76,13 +76,13 @@ def test_invalid_decisions_raise_and_change_nothing() -> None:
         env.step(Decision(LifecycleOp.FOSSILIZE, "early"))
     with pytest.raises(GateRefused, match="nothing live to cull"):
         env.step(Decision(LifecycleOp.CULL, "early"))
-    assert env.epoch == 0 and env.seeds_germinated == 0
+    assert env.clock.epoch == 0 and env.seeds.germinated == 0
     env.step(Decision(LifecycleOp.GERMINATE, "early", "conv_light"))
     with pytest.raises(GateRefused, match="budget"):
         env.step(Decision(LifecycleOp.GERMINATE, "mid", "conv_light"))
     with pytest.raises(GateRefused, match="G0"):
         env.step(Decision(LifecycleOp.GERMINATE, "early", "conv_light"))
-    assert env.epoch == 1 and env.model.slot("mid").stage is SeedStage.DORMANT
+    assert env.clock.epoch == 1 and env.model.slot("mid").stage is SeedStage.DORMANT
 
 
 def test_episode_ends_after_max_epochs() -> None:
@@ -106,7 +106,7 @@ def test_text_task_grows_a_transformer_seed() -> None:
 def test_events_are_emitted() -> None:
     events = []
     env = make_env()
-    env.emit = events.append
+    env.events.emit = events.append
     env.reset(0)
     env.step(Decision(LifecycleOp.GERMINATE, "mid", "norm"))
     kinds = [e.kind for e in events]
@@ -122,7 +122,7 @@ def test_lifecycle_is_identical_with_and_without_telemetry(tmp_path) -> None:
     silent = run(make_env(), decisions)
     hub = TelemetryHub([JsonlBackend(tmp_path / "events.jsonl")])
     logged_env = make_env()
-    logged_env.emit = hub.emit
+    logged_env.events.emit = hub.emit
     logged = run(logged_env, decisions)
     hub.close()
     assert [r.signals for r in silent] == [r.signals for r in logged]

@@ -46,11 +46,11 @@ def assert_consistent_and_trainable(env: MorphogeneticEnv) -> None:
         name = slot.slot_id.name
         assert (slot.seed is not None) == slot.lifecycle.has_seed, name
         if slot.seed is None:
-            assert name not in env.seed_optimizers
+            assert name not in env.optimizers.seeds
         else:
-            opt_params = env.seed_optimizers[name].param_groups[0]["params"]
+            opt_params = env.optimizers.seeds[name].param_groups[0]["params"]
             assert [id(p) for p in opt_params] == [id(p) for p in slot.seed.parameters()]
-    host_opt_params = env.host_optimizer.param_groups[0]["params"]
+    host_opt_params = env.optimizers.host.param_groups[0]["params"]
     assert [id(p) for p in host_opt_params] == [id(p) for p in model.host.parameters()]
     assert all(torch.isfinite(p).all() for p in model.parameters())
     result = env.step(Decision.wait())
@@ -74,7 +74,7 @@ def test_rollback_after_germinate(monkeypatch: pytest.MonkeyPatch) -> None:
     assert env.model.slot("mid").stage is SeedStage.DORMANT and env.model.slot("mid").seed is None
     restored = env.model.state_dict()
     assert all(torch.equal(restored[k], v) for k, v in reference.items())
-    assert env.records == [] and env.seeds_germinated == 0  # the germination never happened
+    assert env.seeds.records == [] and env.seeds.germinated == 0  # the germination never happened
     assert env.governor.rollbacks == 1
     assert_consistent_and_trainable(env)
 
@@ -85,16 +85,16 @@ def test_rollback_after_cull_restores_the_seed_and_its_optimizer(monkeypatch: py
     env.step(Decision(LifecycleOp.GERMINATE, "early", "conv_light"))
     env.step(Decision.wait())
     seed_state = {k: v.clone() for k, v in env.model.slot("early").seed.state_dict().items()}
-    adam_steps = env.seed_optimizers["early"].state_dict()["state"][0]["step"].item()
+    adam_steps = env.optimizers.seeds["early"].state_dict()["state"][0]["step"].item()
     poison_next_epoch(env, monkeypatch)
     result = env.step(Decision(LifecycleOp.CULL, "early"))
     assert result.panic is not None
     slot = env.model.slot("early")
     assert slot.stage is SeedStage.TRAINING and slot.seed_id == "seed-1"
     assert all(torch.equal(slot.seed.state_dict()[k], v) for k, v in seed_state.items())
-    assert env.seed_optimizers["early"].state_dict()["state"][0]["step"].item() == adam_steps
-    assert env.records[0].final_stage == "TRAINING"
-    assert "CULLED" not in [stage for _, stage in env.records[0].stage_history]  # undone with the rest
+    assert env.optimizers.seeds["early"].state_dict()["state"][0]["step"].item() == adam_steps
+    assert env.seeds.records[0].final_stage == "TRAINING"
+    assert "CULLED" not in [stage for _, stage in env.seeds.records[0].stage_history]  # undone with the rest
     assert_consistent_and_trainable(env)
 
 
@@ -108,8 +108,8 @@ def test_rollback_after_fossilize(monkeypatch: pytest.MonkeyPatch) -> None:
     result = env.step(Decision(LifecycleOp.FOSSILIZE, "late"))
     assert result.panic is not None and result.changes == ()
     assert env.model.slot("late").stage is SeedStage.PROBATIONARY
-    assert env.records[0].final_stage == "PROBATIONARY"
-    assert "FOSSILIZED" not in [stage for _, stage in env.records[0].stage_history]
+    assert env.seeds.records[0].final_stage == "PROBATIONARY"
+    assert "FOSSILIZED" not in [stage for _, stage in env.seeds.records[0].stage_history]
     assert_consistent_and_trainable(env)
 
 
@@ -171,11 +171,11 @@ def test_a_diverging_blended_seed_is_rolled_back_then_culled(monkeypatch: pytest
     assert [(s, c.target) for s, c in result.changes] == [("late", SeedStage.CULLED)]
     assert "diverged" in result.changes[0][1].reason
     assert all(torch.equal(a, b) for a, b in zip(host_before, env.model.host.parameters(), strict=True))
-    assert env.records[0].final_stage == "CULLED"
+    assert env.seeds.records[0].final_stage == "CULLED"
     # the cull is part of the kept state now: a following rollback does not bring the seed back
     poison_next_epoch(env, monkeypatch)
     assert env.step(Decision.wait()).panic is not None
-    assert env.model.slot("late").seed is None and env.records[0].final_stage == "CULLED"
+    assert env.model.slot("late").seed is None and env.seeds.records[0].final_stage == "CULLED"
     assert_consistent_and_trainable(env)
 
 
@@ -216,7 +216,7 @@ def test_a_diverging_host_never_blames_a_training_seed(monkeypatch: pytest.Monke
 def test_events_report_the_undone_changes_only_in_the_rollback(monkeypatch: pytest.MonkeyPatch) -> None:
     events = []
     env = make_env(max_epochs=6)
-    env.emit = events.append
+    env.events.emit = events.append
     env.reset(0)
     poison_next_epoch(env, monkeypatch)
     env.step(Decision(LifecycleOp.GERMINATE, "early", "conv_light"))
@@ -231,17 +231,17 @@ def test_an_exception_mid_step_leaves_nothing_half_done(monkeypatch: pytest.Monk
     env.reset(0)
     env.step(Decision.wait())
     before = {k: v.clone() for k, v in env.model.state_dict().items() if isinstance(v, torch.Tensor)}
-    original = env._validate
+    original = env.passes.measure
 
-    def failing():
+    def failing(model):
         raise RuntimeError("out of memory")
 
-    monkeypatch.setattr(env, "_validate", failing)
+    monkeypatch.setattr(env.passes, "measure", failing)
     with pytest.raises(RuntimeError, match="out of memory"):
         env.step(Decision(LifecycleOp.GERMINATE, "early", "conv_heavy"))
-    monkeypatch.setattr(env, "_validate", original)
-    assert env.epoch == 1 and env.seeds_germinated == 0 and env.records == []
-    assert env.model.slot("early").stage is SeedStage.DORMANT and "early" not in env.seed_optimizers
+    monkeypatch.setattr(env.passes, "measure", original)
+    assert env.clock.epoch == 1 and env.seeds.germinated == 0 and env.seeds.records == []
+    assert env.model.slot("early").stage is SeedStage.DORMANT and "early" not in env.optimizers.seeds
     after = env.model.state_dict()
     assert all(torch.equal(after[k], v) for k, v in before.items())
     assert_consistent_and_trainable(env)
@@ -254,10 +254,10 @@ def test_a_panicked_step_reports_no_undone_transition_and_restores_counters(monk
     poison_next_epoch(env, monkeypatch)
     result = env.step(Decision(LifecycleOp.GERMINATE, "early", "conv_light"))
     assert result.panic is not None and result.changes == ()
-    assert env.seeds_germinated == 0 and result.signals.seeds_germinated == 0  # the budget is not spent
+    assert env.seeds.germinated == 0 and result.signals.seeds_germinated == 0  # the budget is not spent
     assert result.signals.epochs_since_germination == result.signals.epoch
     env.step(Decision(LifecycleOp.GERMINATE, "early", "conv_light"))
-    assert env.records[-1].seed_id == "seed-2"  # ids stay unique even across a rollback
+    assert env.seeds.records[-1].seed_id == "seed-2"  # ids stay unique even across a rollback
 
 
 def test_a_loss_blowup_without_nan_rolls_back(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -312,10 +312,10 @@ def test_an_exception_between_batches_is_undone_by_abort_step() -> None:
     env.reset(0)
     before = {k: v.clone() for k, v in env.model.state_dict().items() if isinstance(v, torch.Tensor)}
     env.begin_step(Decision(LifecycleOp.GERMINATE, "early", "conv_light"))
-    x, y = next(env.data.train_batches(env.config.task.batch_size, torch.Generator().manual_seed(0)))
+    x, y = next(env.passes.data.train_batches(env.config.task.batch_size, torch.Generator().manual_seed(0)))
     env.train_batch(x, y)
     env.abort_step()
-    assert env.epoch == 0 and env.seeds_germinated == 0 and env.model.slot("early").seed is None
+    assert env.clock.epoch == 0 and env.seeds.germinated == 0 and env.model.slot("early").seed is None
     after = env.model.state_dict()
     assert all(torch.equal(after[k], v) for k, v in before.items())
     assert_consistent_and_trainable(env)

@@ -92,7 +92,7 @@ def test_training_accumulators_are_created_on_the_env_stream(monkeypatch: pytest
     env = make_env(max_epochs=2, device=CUDA)
     env.reset(0)
     env.step(Decision.wait())
-    assert streams == [env.stream]
+    assert streams == [env.passes.stream]
 
 
 def test_the_counterfactual_on_cuda_equals_the_one_on_cpu() -> None:

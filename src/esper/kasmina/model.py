@@ -10,6 +10,7 @@ from torch.func import functional_call
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from esper.kasmina.hosts import Host
+from esper.kasmina.optimizers import ModelOptimizers
 from esper.kasmina.slot import SeedSlot
 from esper.leyline import GateThresholds, SlotId
 
@@ -153,6 +154,11 @@ class MorphogeneticModel(nn.Module):
     # ----------------------------------------------------------------- parameters
     def host_parameters(self) -> Iterable[nn.Parameter]:
         return self.host.parameters()
+
+    def configure_optimizers(self, host_lr: float, seed_lr: float, weight_decay: float) -> ModelOptimizers:
+        """The host's AdamW, ready to take one per seed as seeds are germinated (as nanoGPT's
+        `configure_optimizers` sits beside its model)."""
+        return ModelOptimizers(self, host_lr, seed_lr, weight_decay)
 
     def host_param_count(self) -> int:
         return sum(p.numel() for p in self.host.parameters())

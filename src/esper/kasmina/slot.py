@@ -9,7 +9,7 @@ from torch import nn
 
 from esper.kasmina.blueprints import Topology, get_blueprint
 from esper.kasmina.isolation import straight_through
-from esper.kasmina.lifecycle import GateInputs, GateRefused, SlotLifecycle, StageChange
+from esper.kasmina.lifecycle import GateInputs, SlotLifecycle, StageChange
 from esper.leyline import BlendSchedule, GateThresholds, SeedStage, SlotId
 
 
@@ -66,12 +66,10 @@ class SeedSlot(nn.Module):
 
     # ----------------------------------------------------------------- lifecycle operations
     def germinate(self, blueprint: str, seed_id: str, schedule: BlendSchedule) -> list[StageChange]:
-        """G0 then G1: build the seed on the host's device and dtype, and start its training."""
-        spec = get_blueprint(self.topology, blueprint)
-        refusal = self.lifecycle.gate_germinate()
-        if not refusal.passed:
-            raise GateRefused(f"{refusal.gate}: {refusal.reason}")
-        module = spec.build(self.dim)  # built before any state changes, so a failure leaves none
+        """G0 then G1: build the seed on the host's device and dtype, and start its training. The
+        module is built before any state changes, and G0 (checked once, by the lifecycle) refuses
+        before the slot takes it, so a failure leaves no change."""
+        module = get_blueprint(self.topology, blueprint).build(self.dim)
         changes = [self.lifecycle.germinate(schedule)]
         self._install(module, blueprint, seed_id)
         changes.append(self.lifecycle.start_training(self.seed_is_finite()))

@@ -42,7 +42,7 @@ from esper.simic.normalizer import RunningMeanStd
 from esper.simic.ppo import PPOConfig, ppo_update
 from esper.simic.sampling import FactoredMasks, sample_factored
 from esper.tamiyo.policy import LSTMState, RecurrentPolicy
-from esper.tolaria.environment import seeded_init
+from esper.tolaria.rng import seeded_init
 
 FINAL_WINDOW = 20
 """`GymResult.final_mean_return` averages this many last completed episodes: enough to smooth

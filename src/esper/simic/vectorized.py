@@ -41,7 +41,8 @@ from esper.simic.sampling import FactoredMasks, FactoredSample, sample_factored
 from esper.tamiyo import HEADS, PolicySpaces, RecurrentPolicy
 from esper.tamiyo.policy import LSTMState
 from esper.tolaria.datasets import TaskData
-from esper.tolaria.environment import EnvConfig, MorphogeneticEnv, StepResult, seeded_init
+from esper.tolaria.environment import EnvConfig, MorphogeneticEnv, StepResult
+from esper.tolaria.rng import seeded_init
 
 
 @dataclass(frozen=True)
@@ -174,7 +175,7 @@ def build_trainer(
     setup = Setup(
         config=config,
         envs=envs,
-        data=envs[0].data,
+        data=envs[0].passes.data,
         spaces=spaces,
         reward=RewardFunction(config.reward, config.ppo.gamma),
         policy_device=policy_device,
@@ -395,7 +396,8 @@ def round_metrics(
         "charts/final_val_accuracy": sum(s.val_accuracy for s in final) / n,
         "charts/seed_param_share": sum(s.seed_param_share for s in final) / n,
         "charts/seeds_germinated": sum(s.seeds_germinated for s in final) / n,
-        "charts/fossilized_seeds": sum(sum(r.final_stage == "FOSSILIZED" for r in env.records) for env in rs.envs) / n,
+        "charts/fossilized_seeds": sum(sum(r.final_stage == "FOSSILIZED" for r in env.seeds.records) for env in rs.envs)
+        / n,
         "charts/panics": float(rs.panics),
         "charts/learning_rate": lr,
         "charts/ent_coef": ent_coef,

@@ -7,8 +7,9 @@ its last healthy epoch on NaN or a loss blow-up.
 
 from esper.tolaria.datasets import DatasetError
 from esper.tolaria.devices import DeviceError, available_devices, resolve_device
-from esper.tolaria.environment import EnvConfig, MorphogeneticEnv, SeedRecord, StepResult
+from esper.tolaria.environment import EnvConfig, MorphogeneticEnv, StepResult
 from esper.tolaria.governor import Governor, GovernorConfig
+from esper.tolaria.seeds import SeedRecord
 from esper.tolaria.tasks import DATA_DIR_ENV, DEFAULT_TASK, TASKS, TaskSpec, get_task
 
 __all__ = [

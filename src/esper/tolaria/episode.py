@@ -9,7 +9,8 @@ from typing import Protocol
 from esper.kasmina import StageChange
 from esper.leyline import Decision, TrainingSignals
 from esper.nissa import Event
-from esper.tolaria.environment import MorphogeneticEnv, SeedRecord
+from esper.tolaria.environment import MorphogeneticEnv
+from esper.tolaria.seeds import SeedRecord
 
 
 class Controller(Protocol):
@@ -69,11 +70,11 @@ def run_episode(env: MorphogeneticEnv, controller: Controller, rng_seed: int, ep
         final_test_loss=test.loss,
         host_params=signals.host_params,
         seed_params=signals.seed_params,
-        records=tuple(env.records),
+        records=tuple(env.seeds.records),
         rollbacks=env.governor.rollbacks,
         seconds=env.episode_seconds(),
     )
-    env.emit(
+    env.events.emit(
         Event(
             "episode_end",
             episode,

@@ -6,7 +6,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from esper.kasmina import MorphogeneticModel
 from esper.leyline import SlotSignals, TrainingSignals
+from esper.tolaria.training import ValidationStats
 
 PLATEAU_MIN_DELTA: float = 0.5
 """Validation accuracy must beat its best by this many points to end a plateau."""
@@ -34,11 +36,9 @@ class SignalTracker:
     _best: float = field(default=-math.inf, init=False)
     _plateau: int = field(default=0, init=False)
     _previous: EpochMeasurements | None = field(default=None, init=False)
-    last_germination_epoch: int | None = field(default=None, init=False)
-    """Epoch of the latest germination; the env restores it when the governor rolls back."""
 
     def reset(self) -> None:
-        self._best, self._plateau, self._previous, self.last_germination_epoch = -math.inf, 0, None, None
+        self._best, self._plateau, self._previous = -math.inf, 0, None
 
     def update(
         self,
@@ -49,6 +49,7 @@ class SignalTracker:
         host_params: int,
         seeds_germinated: int,
         max_germinations: int,
+        last_germination_epoch: int | None,
         healthy: bool = True,
     ) -> TrainingSignals:
         """Signals after `epoch`. An unhealthy epoch (rolled back by the governor) repeats the
@@ -61,7 +62,7 @@ class SignalTracker:
                 self._plateau += 1
             self._best = max(self._best, measured.val_accuracy)
             self._previous = measured
-        since = epoch if self.last_germination_epoch is None else epoch - self.last_germination_epoch
+        since = epoch if last_germination_epoch is None else epoch - last_germination_epoch
         return TrainingSignals(
             epoch=epoch,
             max_epochs=max_epochs,
@@ -80,3 +81,26 @@ class SignalTracker:
             epochs_since_germination=since,
             slots=slots,
         )
+
+
+def slot_signals(
+    model: MorphogeneticModel, enabled_slots: tuple[str, ...], val: ValidationStats, grad_norms: dict[str, float]
+) -> tuple[SlotSignals, ...]:
+    """Every slot's own signals, in host order: an empty slot reports no seed, contribution or
+    gradient; a seed's contribution is the one `val` measured, its gradient norm the epoch's."""
+    return tuple(
+        SlotSignals(
+            name=s.slot_id.name,
+            index=s.slot_id.index,
+            enabled=s.slot_id.name in enabled_slots,
+            stage=s.stage,
+            epochs_in_stage=s.lifecycle.epochs_in_stage,
+            alpha=s.alpha if s.seed is not None else 0.0,
+            blueprint=s.blueprint,
+            seed_id=s.seed_id,
+            contribution=val.contribution(s.slot_id.name) if s.seed is not None else None,
+            grad_norm=grad_norms.get(s.slot_id.name) if s.seed is not None else None,
+            param_count=s.param_count(),
+        )
+        for s in model.ordered_slots()
+    )
