@@ -22,6 +22,7 @@ from esper.simic import (
     sample_factored,
 )
 from esper.simic import vectorized as vec
+from esper.simic.checkpoint import learner_state, load_learner_state
 from esper.tamiyo import ActionSpace, RecurrentPolicy
 from esper.tolaria import EnvConfig
 
@@ -327,9 +328,9 @@ def test_a_round_updates_the_policy_and_counts_episodes() -> None:
 def test_learner_state_round_trips_exactly() -> None:
     setup, learner = make_trainer(n_envs=2, max_epochs=2)
     vec.run_round(setup, learner)
-    state = vec.learner_state(learner)
+    state = learner_state(learner)
     _, other = make_trainer(n_envs=2, max_epochs=2, rng_seed=5)
-    vec.load_learner_state(other, state)
+    load_learner_state(other, state)
     for a, b in zip(learner.policy.state_dict().values(), other.policy.state_dict().values(), strict=True):
         assert torch.equal(a, b)
     assert torch.equal(learner.sample_generator.get_state(), other.sample_generator.get_state())

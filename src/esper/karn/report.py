@@ -1,37 +1,12 @@
-"""The run summary and atomic JSON writes."""
+"""The run summary of a run of episodes."""
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
 from collections.abc import Sequence
-from pathlib import Path
 from statistics import fmean
 from typing import Any
 
 from esper.tolaria.episode import EpisodeOutcome
-
-
-def _current_umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def write_json_atomic(path: Path, obj: Any) -> None:
-    """Write to a temporary file beside `path`, then rename over it: readers see old or new, never half."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(obj, f, indent=2, allow_nan=False)
-            f.write("\n")
-        os.chmod(tmp, 0o666 & ~_current_umask())  # mkstemp makes 0600; a report is for everyone
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def episode_summary(

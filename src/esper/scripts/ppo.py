@@ -35,15 +35,21 @@ from esper.scripts.common import (
     resolve_task,
 )
 from esper.simic import REWARD_MODES, CheckpointError, PPOConfig, RewardConfig
-from esper.simic.checkpoint import check_compatible, load_checkpoint, save_checkpoint
+from esper.simic.checkpoint import (
+    check_resumable,
+    checkpoint_path,
+    checkpoint_payload,
+    later_checkpoints,
+    load_learner_state,
+    read_checkpoint,
+    save_checkpoint,
+)
 from esper.simic.distributed import SINGLE_PROCESS, DistContext, init_distributed
 from esper.simic.vectorized import (
     Learner,
     Setup,
     TrainerConfig,
     build_trainer,
-    learner_state,
-    load_learner_state,
     run_round,
 )
 from esper.tamiyo import PolicySpaces
@@ -140,7 +146,11 @@ def resolve_ppo(args: argparse.Namespace, ctx: DistContext = SINGLE_PROCESS) -> 
     blueprints = resolve_blueprints(task, settings["blueprints"], blueprint_names(task.topology))
     config = trainer_config(settings, resume)
     if resume is not None:
-        check_resumable(resume_path, resume, settings, task, slots, blueprints)  # type: ignore[arg-type]
+        spaces = PolicySpaces.derive(task.topology, task.slot_names, blueprints).signature()
+        try:
+            check_resumable(resume_path, resume, settings["episodes"], spaces)  # type: ignore[arg-type]
+        except CheckpointError as exc:
+            raise UsageError(str(exc)) from None
     run_dir = resolve_run_dir(args.run_dir, task, resume, resume_path)
     data = load_task_data(task, settings["data_dir"])
     env = EnvConfig(
@@ -171,11 +181,9 @@ def resolve_ppo(args: argparse.Namespace, ctx: DistContext = SINGLE_PROCESS) -> 
 
 def read_resume(path: Path) -> dict[str, Any]:
     try:
-        payload = load_checkpoint(path)
-        check_keys(path, payload)
+        return read_checkpoint(path)
     except CheckpointError as exc:
         raise UsageError(str(exc)) from None
-    return payload
 
 
 def check_counts(settings: dict[str, Any]) -> None:
@@ -237,45 +245,6 @@ def trainer_config(settings: dict[str, Any], resume: dict[str, Any] | None) -> T
     )
 
 
-def check_resumable(
-    path: Path,
-    resume: dict[str, Any],
-    settings: dict[str, Any],
-    task: TaskSpec,
-    slots: tuple[str, ...],
-    blueprints: tuple[str, ...],
-) -> None:
-    done = int(resume["learner"]["episodes_done"])
-    if settings["episodes"] <= done:
-        raise UsageError(
-            f"--episodes {settings['episodes']} is already reached: the checkpoint has {done} episodes done"
-        )
-    spaces = PolicySpaces.derive(task.topology, task.slot_names, blueprints)
-    try:
-        check_compatible(path, resume["spaces"], spaces.signature())
-    except CheckpointError as exc:
-        raise UsageError(str(exc)) from None
-
-
-CHECKPOINT_KEYS: dict[str, tuple[str, ...]] = {
-    "learner": ("policy", "optimizer", "obs_norm", "rng_ranks", "round", "episodes_done", "global_step"),
-    "settings": (),
-    "trainer": ("hidden", "reward", "ppo"),
-    "spaces": ("observation_layout", "action_heads"),
-    "run_dir": (),
-}
-
-
-def check_keys(path: Path, payload: dict[str, Any]) -> None:
-    """A checkpoint missing part of what a resume needs is refused in one line, not a KeyError."""
-    for key, inner in CHECKPOINT_KEYS.items():
-        value = payload.get(key)
-        missing = [k for k in inner if not isinstance(value, dict) or k not in value]
-        if value is None or missing:
-            what = f"{key}.{missing[0]}" if missing and value is not None else key
-            raise CheckpointError(f"checkpoint {str(path)!r} lacks {what!r}: it was not written by `esper ppo`")
-
-
 def resolve_run_dir(flag: str | None, task: TaskSpec, resume: dict | None, resume_path: Path | None) -> Path:
     """A new run needs a new directory. A resumed run continues in its own by default, as long
     as no checkpoint of a later round would be overwritten."""
@@ -286,20 +255,13 @@ def resolve_run_dir(flag: str | None, task: TaskSpec, resume: dict | None, resum
             return run_dir
     run_dir = Path(resume["run_dir"])
     round_done = int(resume["learner"]["round"])
-    later = sorted(p.name for p in (run_dir / "checkpoints").glob("round-*.pt") if checkpoint_round(p) > round_done)
+    later = later_checkpoints(run_dir, round_done)
     if later:
         raise UsageError(
             f"{str(resume_path)!r} is from round {round_done}, but {str(run_dir)!r} already holds later checkpoints "
             f"({', '.join(later)}); resume from the latest one, or pass a new --run-dir"
         )
     return run_dir
-
-
-def checkpoint_round(path: Path) -> int:
-    try:
-        return int(path.stem.removeprefix("round-"))
-    except ValueError:
-        return -1
 
 
 # --------------------------------------------------------------------------- running
@@ -318,16 +280,6 @@ def envs_per_device(envs: list) -> str:
     for env in envs:
         counts[str(env.config.device)] = counts.get(str(env.config.device), 0) + 1
     return ", ".join(f"{n} on {device}" for device, n in counts.items())
-
-
-def checkpoint_payload(run: PPORun, setup: Setup, learner: Learner) -> dict[str, Any]:
-    return {
-        "learner": learner_state(learner, run.ctx),
-        "settings": {k: v for k, v in run.settings.items() if k in SETTINGS},
-        "trainer": run.config.to_json(),
-        "spaces": setup.spaces.signature(),
-        "run_dir": str(run.run_dir),
-    }
 
 
 def metrics_rows_before(path: Path, round_done: int) -> list[str]:
@@ -389,13 +341,18 @@ def record_round(run: PPORun, setup: Setup, learner: Learner, row: dict[str, flo
     checkpoint. Building the checkpoint is a collective, so every rank calls this."""
     final = learner.episodes_done >= run.config.episodes
     save = learner.round % run.settings["save_every"] == 0 or final
-    payload = checkpoint_payload(run, setup, learner) if save else None
+    settings = {k: v for k, v in run.settings.items() if k in SETTINGS}
+    payload = (
+        checkpoint_payload(learner, settings, run.config.to_json(), setup.spaces.signature(), run.run_dir, run.ctx)
+        if save
+        else None
+    )
     if not run.ctx.is_main:
         return
     with (run.run_dir / "metrics.jsonl").open("a", encoding="utf-8") as f:
         f.write(json.dumps(row, allow_nan=False) + "\n")
     if payload is not None:
-        save_checkpoint(run.run_dir / "checkpoints" / f"round-{learner.round:04d}.pt", payload)
+        save_checkpoint(checkpoint_path(run.run_dir, learner.round), payload)
 
 
 def start_line(run: PPORun, setup: Setup, learner: Learner, remaining: int) -> str:
@@ -436,7 +393,7 @@ def run_summary(
         "episodes": learner.episodes_done,
         "global_step": learner.global_step,
         "final_round": last_row,
-        "checkpoint": str(run.run_dir / "checkpoints" / f"round-{learner.round:04d}.pt"),
+        "checkpoint": str(checkpoint_path(run.run_dir, learner.round)),
         "seconds": seconds,
         "settings": run.settings,
         "resolved": {

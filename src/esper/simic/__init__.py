@@ -1,5 +1,6 @@
 """Simic: learning the controller. Rewards, the rollout buffer, GAE, the PPO loss and update,
-and the vectorized trainer that steps many morphogenetic envs together.
+the vectorized trainer that steps many morphogenetic envs together, and checkpoints (one module
+owns their schema, the learner state they hold, and the checks a resume needs).
 
 The PPO core (`sampling`, `buffer`, `advantages`, `loss`, `ppo`, `normalizer`) knows nothing
 of hosts or seeds: the same code trains on any environment with a discrete or multi-discrete

@@ -1,17 +1,27 @@
-"""Checkpoints: written atomically, read with `weights_only=True`, checked before use.
+"""Checkpoints, and everything about them: their schema, the learner and RNG state they hold,
+writing them atomically, reading them with `weights_only=True`, and the checks a resume needs
+(complete, compatible with the run's spaces, not behind a later checkpoint of its run).
 
 A checkpoint is a plain dict of tensors, numbers, strings, lists and dicts (everything
-`torch.load(weights_only=True)` accepts, so loading one never runs pickled code).
+`torch.load(weights_only=True)` accepts, so loading one never runs pickled code):
+
+- `learner`: policy, optimizer, observation normalizer, every rank's RNG states, counters;
+- `settings`: the command-line settings of the run, as given;
+- `trainer`: the resolved trainer configuration (hyperparameters of PPO and the reward);
+- `spaces`: the observation layout and action heads the policy is shaped for;
+- `run_dir`: where the run writes.
 """
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from esper.karn import write_atomic
+from esper.simic.distributed import SINGLE_PROCESS, DistContext
+from esper.simic.vectorized import Learner
 
 CHECKPOINT_FORMAT = 2
 """2: the reward is the dense form of the stated objective (issue 8); a format-1 checkpoint's
@@ -22,20 +32,19 @@ class CheckpointError(ValueError):
     """A checkpoint is missing, unreadable, corrupt, or does not fit the current configuration."""
 
 
+REQUIRED_KEYS: dict[str, tuple[str, ...]] = {
+    "learner": ("policy", "optimizer", "obs_norm", "rng_ranks", "round", "episodes_done", "global_step"),
+    "settings": (),
+    "trainer": ("hidden", "reward", "ppo"),
+    "spaces": ("observation_layout", "action_heads"),
+    "run_dir": (),
+}
+"""What a resume reads, by section: a checkpoint missing any of it is refused."""
+
+
 def save_checkpoint(path: Path, payload: dict[str, Any]) -> None:
-    """Write to a temporary file in the same folder, fsync, then rename over `path`: a crash
-    leaves either the old file or the new one, never half of one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save({"format": CHECKPOINT_FORMAT, **payload}, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Write atomically: a crash leaves either the old file or the new one, never half of one."""
+    write_atomic(path, lambda f: torch.save({"format": CHECKPOINT_FORMAT, **payload}, f))
 
 
 def load_checkpoint(path: Path) -> dict[str, Any]:
@@ -55,6 +64,43 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
             "(written by an older version: train a new one)"
         )
     return payload
+
+
+def read_checkpoint(path: Path) -> dict[str, Any]:
+    """A checkpoint to resume from: loaded, and complete (a `CheckpointError` otherwise)."""
+    payload = load_checkpoint(path)
+    for key, inner in REQUIRED_KEYS.items():
+        value = payload.get(key)
+        missing = [k for k in inner if not isinstance(value, dict) or k not in value]
+        if value is None or missing:
+            what = f"{key}.{missing[0]}" if missing and value is not None else key
+            raise CheckpointError(f"checkpoint {str(path)!r} lacks {what!r}: it was not written by `esper ppo`")
+    return payload
+
+
+def check_resumable(path: Path, payload: dict[str, Any], episodes: int, spaces: dict[str, Any]) -> None:
+    """The run has episodes left to go, and the policy fits the spaces this run builds."""
+    done = int(payload["learner"]["episodes_done"])
+    if episodes <= done:
+        raise CheckpointError(f"--episodes {episodes} is already reached: the checkpoint has {done} episodes done")
+    check_compatible(path, payload["spaces"], spaces)
+
+
+def checkpoint_path(run_dir: Path, round_index: int) -> Path:
+    return run_dir / "checkpoints" / f"round-{round_index:04d}.pt"
+
+
+def checkpoint_round(path: Path) -> int:
+    """The round a checkpoint file is named for (-1 for a name not of that form)."""
+    try:
+        return int(path.stem.removeprefix("round-"))
+    except ValueError:
+        return -1
+
+
+def later_checkpoints(run_dir: Path, round_index: int) -> list[str]:
+    """Names of the checkpoints of `run_dir` from rounds after `round_index`."""
+    return sorted(p.name for p in (run_dir / "checkpoints").glob("round-*.pt") if checkpoint_round(p) > round_index)
 
 
 def check_compatible(path: Path, saved: dict[str, Any], current: dict[str, Any]) -> None:
@@ -80,3 +126,64 @@ def _difference(saved: object, current: object) -> str:
 def _short(value: object, limit: int = 120) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def checkpoint_payload(
+    learner: Learner,
+    settings: dict[str, Any],
+    trainer: dict[str, Any],
+    spaces: dict[str, Any],
+    run_dir: Path,
+    ctx: DistContext = SINGLE_PROCESS,
+) -> dict[str, Any]:
+    """The checkpoint of a run as of now (a collective under `torchrun`: every rank calls it)."""
+    return {
+        "learner": learner_state(learner, ctx),
+        "settings": settings,
+        "trainer": trainer,
+        "spaces": spaces,
+        "run_dir": str(run_dir),
+    }
+
+
+def rng_state(learner: Learner) -> dict[str, torch.Tensor]:
+    return {
+        "torch": torch.get_rng_state(),
+        "sample": learner.sample_generator.get_state(),
+        "update": learner.update_generator.get_state(),
+        "data": learner.data_generator.get_state(),
+    }
+
+
+def learner_state(learner: Learner, ctx: DistContext = SINGLE_PROCESS) -> dict:
+    """Everything needed to continue exactly: weights, optimizer, normalizer, counters, and the
+    RNG states of every rank (a collective under `torchrun`: every rank must call it)."""
+    ranks = [rng_state(learner)]
+    if ctx.enabled:
+        ranks = [None] * ctx.world_size
+        torch.distributed.all_gather_object(ranks, rng_state(learner))
+    return {
+        "policy": learner.policy.state_dict(),
+        "optimizer": learner.optimizer.state_dict(),
+        "obs_norm": learner.obs_norm.state_dict(),
+        "rng_ranks": ranks,
+        "round": learner.round,
+        "episodes_done": learner.episodes_done,
+        "global_step": learner.global_step,
+    }
+
+
+def load_learner_state(learner: Learner, state: dict, ctx: DistContext = SINGLE_PROCESS) -> None:
+    """Restore a learner. Each rank takes its own RNG states; resuming with another number of
+    ranks reuses them modulo the saved count (the run goes on, but not bit for bit)."""
+    learner.policy.load_state_dict(state["policy"])
+    learner.optimizer.load_state_dict(state["optimizer"])
+    learner.obs_norm.load_state_dict(state["obs_norm"])
+    ranks = state["rng_ranks"]
+    rng = ranks[ctx.rank % len(ranks)]
+    torch.set_rng_state(rng["torch"])
+    learner.sample_generator.set_state(rng["sample"])
+    learner.update_generator.set_state(rng["update"])
+    learner.data_generator.set_state(rng["data"])
+    learner.round, learner.episodes_done = int(state["round"]), int(state["episodes_done"])
+    learner.global_step = int(state["global_step"])
