@@ -10,8 +10,7 @@ from hypothesis import strategies as st
 from conftest import make_env, training_signals
 from esper.kasmina import GateRefused, SlotLifecycle, Topology
 from esper.leyline import BlendSchedule, GateThresholds, LifecycleOp, SeedStage, SlotSignals, TrainingSignals
-from esper.simic import MaskedCategorical
-from esper.tamiyo import ActionSpace
+from esper.tamiyo import ActionSpace, MaskedCategorical
 
 SLOTS = ("early", "mid", "late")
 SPACE = ActionSpace(Topology.CNN, SLOTS)

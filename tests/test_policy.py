@@ -6,8 +6,7 @@ import math
 
 import torch
 
-from esper.simic import MaskedCategorical
-from esper.tamiyo import RecurrentPolicy
+from esper.tamiyo import MaskedCategorical, RecurrentPolicy
 
 HEADS = (4, 3, 6, 2)
 

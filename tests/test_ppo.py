@@ -12,18 +12,10 @@ from hypothesis import strategies as st
 
 from conftest import tiny_shapes_task
 from esper.leyline import LifecycleOp
-from esper.simic import (
-    FactoredMasks,
-    PPOConfig,
-    RolloutBuffer,
-    compute_gae,
-    evaluate_factored,
-    ppo_update,
-    sample_factored,
-)
+from esper.simic import PPOConfig, RolloutBuffer, compute_gae, ppo_update
 from esper.simic import vectorized as vec
 from esper.simic.checkpoint import learner_state, load_learner_state
-from esper.tamiyo import ActionSpace, RecurrentPolicy
+from esper.tamiyo import ActionSpace, FactoredMasks, RecurrentPolicy, evaluate_factored, sample_factored
 from esper.tolaria import EnvConfig
 
 

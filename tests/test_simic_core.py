@@ -9,7 +9,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from esper.simic import MaskedCategorical, PPOLossConfig, compute_gae, ppo_loss
+from esper.simic import PPOLossConfig, compute_gae, ppo_loss
+from esper.tamiyo import MaskedCategorical
 
 
 def reference_gae(rewards, values, terminated, truncated, next_values, gamma, lam):

@@ -63,8 +63,7 @@ def test_compile_on_cuda_does_not_recompile_in_steady_state() -> None:
 
 
 def test_policy_logits_stay_float32_under_autocast() -> None:
-    from esper.simic import MaskedCategorical
-    from esper.tamiyo import RecurrentPolicy
+    from esper.tamiyo import MaskedCategorical, RecurrentPolicy
 
     policy = RecurrentPolicy(8, (4, 3)).to(CUDA)
     with torch.autocast("cuda", dtype=torch.bfloat16):

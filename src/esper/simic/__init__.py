@@ -2,7 +2,7 @@
 the vectorized trainer that steps many morphogenetic envs together, and checkpoints (one module
 owns their schema, the learner state they hold, and the checks a resume needs).
 
-The PPO core (`sampling`, `buffer`, `advantages`, `loss`, `ppo`, `normalizer`) knows nothing
+The PPO core (`buffer`, `advantages`, `loss`, `ppo`, `normalizer`) knows nothing
 of hosts or seeds: the same code trains on any environment with a discrete or multi-discrete
 action space (see `esper.simic.gym`).
 """
@@ -10,19 +10,14 @@ action space (see `esper.simic.gym`).
 from esper.simic.advantages import compute_gae
 from esper.simic.buffer import RolloutBuffer
 from esper.simic.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from esper.simic.distributions import MaskedCategorical
 from esper.simic.loss import PPOLossConfig, PPOLossOutput, ppo_loss
 from esper.simic.normalizer import RunningMeanStd
 from esper.simic.ppo import PPOConfig, UpdateStats, ppo_update
 from esper.simic.rewards import REWARD_MODES, RewardBreakdown, RewardConfig, RewardFunction
-from esper.simic.sampling import FactoredMasks, FactoredSample, evaluate_factored, sample_factored
 
 __all__ = [
     "REWARD_MODES",
     "CheckpointError",
-    "FactoredMasks",
-    "FactoredSample",
-    "MaskedCategorical",
     "PPOConfig",
     "PPOLossConfig",
     "PPOLossOutput",
@@ -33,10 +28,8 @@ __all__ = [
     "RunningMeanStd",
     "UpdateStats",
     "compute_gae",
-    "evaluate_factored",
     "load_checkpoint",
     "ppo_loss",
     "ppo_update",
-    "sample_factored",
     "save_checkpoint",
 ]

@@ -40,7 +40,7 @@ from gymnasium import spaces
 from esper.simic.buffer import RolloutBuffer
 from esper.simic.normalizer import RunningMeanStd
 from esper.simic.ppo import PPOConfig, ppo_update
-from esper.simic.sampling import FactoredMasks, sample_factored
+from esper.tamiyo.distributions import FactoredMasks, sample_factored
 from esper.tamiyo.policy import LSTMState, RecurrentPolicy
 from esper.tolaria.rng import seeded_init
 

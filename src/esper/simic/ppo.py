@@ -17,7 +17,7 @@ from torch import nn
 from esper.simic.buffer import RolloutBuffer
 from esper.simic.distributed import SINGLE_PROCESS, DistContext, average_gradients
 from esper.simic.loss import PPOLossConfig, ppo_loss
-from esper.simic.sampling import evaluate_factored
+from esper.tamiyo.distributions import evaluate_factored
 
 
 @dataclass(frozen=True)

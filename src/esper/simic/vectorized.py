@@ -37,8 +37,8 @@ from esper.simic.distributed import SINGLE_PROCESS, DistContext, merge_observati
 from esper.simic.normalizer import RunningMeanStd
 from esper.simic.ppo import PPOConfig, UpdateStats, ppo_update
 from esper.simic.rewards import RewardBreakdown, RewardConfig, RewardFunction
-from esper.simic.sampling import FactoredMasks, FactoredSample, sample_factored
 from esper.tamiyo import HEADS, PolicySpaces, RecurrentPolicy
+from esper.tamiyo.distributions import FactoredMasks, FactoredSample, sample_factored
 from esper.tamiyo.policy import LSTMState
 from esper.tolaria.datasets import TaskData
 from esper.tolaria.environment import EnvConfig, MorphogeneticEnv, StepResult

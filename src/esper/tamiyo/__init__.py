@@ -1,8 +1,16 @@
 """Tamiyo: the controller. The observation a learned policy sees, its masked factored action
-space, the recurrent policy network, and the heuristic policy that decides when, where and what
-to grow. It reads the training signals of `esper.leyline`."""
+space and the distributions over it, the recurrent policy network (which acts and evaluates),
+and the heuristic policy that decides when, where and what to grow. It reads the training
+signals of `esper.leyline`."""
 
 from esper.tamiyo.actions import HEADS, ActionSpace
+from esper.tamiyo.distributions import (
+    FactoredMasks,
+    FactoredSample,
+    MaskedCategorical,
+    evaluate_factored,
+    sample_factored,
+)
 from esper.tamiyo.features import GLOBAL_FEATURES, ObservationLayout
 from esper.tamiyo.heuristic import PREFERRED_BLUEPRINTS, HeuristicConfig, HeuristicController
 from esper.tamiyo.policy import RecurrentPolicy
@@ -13,9 +21,14 @@ __all__ = [
     "HEADS",
     "PREFERRED_BLUEPRINTS",
     "ActionSpace",
+    "FactoredMasks",
+    "FactoredSample",
     "HeuristicConfig",
     "HeuristicController",
+    "MaskedCategorical",
     "ObservationLayout",
     "PolicySpaces",
     "RecurrentPolicy",
+    "evaluate_factored",
+    "sample_factored",
 ]
