@@ -14,6 +14,7 @@ from conftest import tiny_shapes_task
 from esper.leyline import LifecycleOp
 from esper.simic import PPOConfig, RolloutBuffer, compute_gae, ppo_update
 from esper.simic import vectorized as vec
+from esper.simic.buffer import RolloutStep
 from esper.simic.checkpoint import learner_state, load_learner_state
 from esper.tamiyo import ActionSpace, FactoredMasks, RecurrentPolicy, evaluate_factored, sample_factored
 from esper.tolaria import EnvConfig
@@ -62,17 +63,19 @@ def filled_buffer(lengths: list[int], terminal: list[bool], T: int = 5) -> Rollo
             break
         k = len(ids)
         buf.add(
-            envs=torch.tensor(ids),
-            obs=torch.full((k, 3), float(t)),
-            episode_start=torch.tensor([t == 0] * k),
-            actions=torch.zeros(k, 1, dtype=torch.long),
-            masks=torch.ones(k, 2, dtype=torch.bool),
-            log_probs=torch.full((k, 1), -0.7),
-            head_active=torch.ones(k, 1, dtype=torch.bool),
-            values=torch.full((k,), 0.5),
-            rewards=torch.ones(k),
-            terminated=torch.tensor([terminal[i] and t == lengths[i] - 1 for i in ids]),
-            truncated=torch.zeros(k, dtype=torch.bool),
+            RolloutStep(
+                envs=torch.tensor(ids),
+                obs=torch.full((k, 3), float(t)),
+                episode_start=torch.tensor([t == 0] * k),
+                actions=torch.zeros(k, 1, dtype=torch.long),
+                masks=torch.ones(k, 2, dtype=torch.bool),
+                log_probs=torch.full((k, 1), -0.7),
+                head_active=torch.ones(k, 1, dtype=torch.bool),
+                values=torch.full((k,), 0.5),
+                rewards=torch.ones(k),
+                terminated=torch.tensor([terminal[i] and t == lengths[i] - 1 for i in ids]),
+                truncated=torch.zeros(k, dtype=torch.bool),
+            )
         )
     return buf
 
@@ -124,7 +127,7 @@ def test_segment_returns_equal_gae_per_env_with_terminal_and_cut_ends() -> None:
 def test_adding_past_the_segment_end_or_twice_per_step_is_refused() -> None:
     buf = filled_buffer([5], [True])
     with pytest.raises(IndexError, match="segment full"):
-        buf.add(*[torch.zeros(1)] * 11)
+        buf.add(RolloutStep(*[torch.zeros(1)] * 11))
     buf = filled_buffer([1, 1], [True, True])
     args = dict(
         obs=torch.zeros(2, 3),
@@ -139,7 +142,7 @@ def test_adding_past_the_segment_end_or_twice_per_step_is_refused() -> None:
         truncated=torch.zeros(2, dtype=torch.bool),
     )
     with pytest.raises(ValueError, match="twice"):
-        buf.add(envs=torch.tensor([0, 0]), **args)
+        buf.add(RolloutStep(envs=torch.tensor([0, 0]), **args))
 
 
 # --------------------------------------------------------------------------- update
@@ -157,17 +160,16 @@ def random_rollout(n_envs: int = 4, T: int = 6, seed: int = 0) -> tuple[Recurren
         masks = FactoredMasks.unmasked(n_envs, (3, 2))
         sample = sample_factored([lg[0] for lg in logits], masks, g)
         buf.add(
-            torch.arange(n_envs),
-            obs,
-            start.clone(),
-            sample.actions,
-            sample.masks,
-            sample.log_probs,
-            sample.head_active,
-            values[0],
-            (sample.actions[:, 0] == 1).float(),
-            torch.full((n_envs,), t == T - 1),
-            torch.zeros(n_envs, dtype=torch.bool),
+            RolloutStep.of(
+                torch.arange(n_envs),
+                obs,
+                start.clone(),
+                sample,
+                values[0],
+                (sample.actions[:, 0] == 1).float(),
+                torch.full((n_envs,), t == T - 1),
+                torch.zeros(n_envs, dtype=torch.bool),
+            )
         )
         start[:] = False
     buf.compute_returns(torch.zeros(n_envs), 0.99, 0.95)
@@ -178,10 +180,9 @@ def test_first_minibatch_replays_the_rollout_exactly() -> None:
     """Re-running each sequence from its stored initial state gives the rollout's log-probs."""
     policy, buf = random_rollout()
     for mb in buf.minibatches(2, torch.Generator().manual_seed(0)):
-        logits, values, _ = policy(mb.obs, mb.initial_state, mb.episode_start)
-        log_probs, _ = evaluate_factored([lg[mb.valid] for lg in logits], mb.masks, mb.actions)
-        assert torch.allclose(log_probs, mb.old_log_probs, atol=1e-6)
-        assert torch.allclose(values[mb.valid], mb.old_values, atol=1e-6)
+        evaluation = policy.evaluate(mb.obs, mb.initial_state, mb.episode_start, mb.valid, mb.masks, mb.actions)
+        assert torch.allclose(evaluation.log_probs, mb.old_log_probs, atol=1e-6)
+        assert torch.allclose(evaluation.values, mb.old_values, atol=1e-6)
 
 
 def test_update_learns_the_rewarded_action_and_reports_finite_metrics() -> None:

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from esper.simic import PPOLossConfig, compute_gae, ppo_loss
+from esper.simic.loss import LossInputs
 from esper.tamiyo import MaskedCategorical
 
 
@@ -135,7 +136,7 @@ def loss_inputs(batch: int = 6, heads: int = 3, seed: int = 0):
 
 def test_inactive_heads_contribute_nothing() -> None:
     new, old, active, entropies, adv, values, old_values, returns = loss_inputs()
-    out = ppo_loss(new, old, active, entropies, adv, values, old_values, returns, PPOLossConfig())
+    out = ppo_loss(LossInputs(new, old, active, entropies, adv, values, old_values, returns), PPOLossConfig())
     out.loss.backward()
     assert torch.all(new.grad[~active] == 0) and torch.all(entropies.grad[~active] == 0)
     assert torch.any(new.grad[active] != 0)
@@ -143,7 +144,7 @@ def test_inactive_heads_contribute_nothing() -> None:
     shifted = new.detach().clone()
     shifted[~active] += 50.0
     again = ppo_loss(
-        shifted, old, active, entropies.detach(), adv, values.detach(), old_values, returns, PPOLossConfig()
+        LossInputs(shifted, old, active, entropies.detach(), adv, values.detach(), old_values, returns), PPOLossConfig()
     )
     torch.testing.assert_close(again.loss, out.loss.detach())
     torch.testing.assert_close(again.approx_kl, out.approx_kl)
@@ -151,7 +152,7 @@ def test_inactive_heads_contribute_nothing() -> None:
 
 def test_at_the_old_policy_the_surrogate_is_minus_the_advantage() -> None:
     new, _, active, entropies, adv, values, old_values, returns = loss_inputs()
-    out = ppo_loss(new, new.detach(), active, entropies, adv, values, old_values, returns, PPOLossConfig())
+    out = ppo_loss(LossInputs(new, new.detach(), active, entropies, adv, values, old_values, returns), PPOLossConfig())
     torch.testing.assert_close(out.policy_loss, -adv.mean())
     assert out.approx_kl.item() == pytest.approx(0.0, abs=1e-7) and out.clipfrac.item() == 0.0
 
@@ -167,7 +168,9 @@ def test_one_trust_region_per_step_on_the_joint_ratio_of_its_active_heads() -> N
     adv = torch.tensor([1.0, 1.0])
     values = torch.zeros(2, requires_grad=True)
     entropies = torch.zeros(2, 4)
-    out = ppo_loss(new, old, active, entropies, adv, values, values.detach(), torch.zeros(2), PPOLossConfig())
+    out = ppo_loss(
+        LossInputs(new, old, active, entropies, adv, values, values.detach(), torch.zeros(2)), PPOLossConfig()
+    )
     joint = 1.15**4
     # step 0 is clipped at 1 + 0.2 (no gradient), step 1 is not
     torch.testing.assert_close(out.policy_loss, torch.tensor(-(1.2 + 1.1) / 2))
@@ -181,7 +184,7 @@ def test_one_trust_region_per_step_on_the_joint_ratio_of_its_active_heads() -> N
 
 def test_huge_log_ratios_stay_finite() -> None:
     new, old, active, entropies, adv, values, old_values, returns = loss_inputs()
-    out = ppo_loss(new + 500.0, old, active, entropies, adv, values, old_values, returns, PPOLossConfig())
+    out = ppo_loss(LossInputs(new + 500.0, old, active, entropies, adv, values, old_values, returns), PPOLossConfig())
     assert all(torch.isfinite(t).all() for t in (out.loss, out.approx_kl, out.clipfrac))
     out.loss.backward()
     assert torch.isfinite(new.grad).all()
@@ -190,7 +193,9 @@ def test_huge_log_ratios_stay_finite() -> None:
 def test_value_clipping_is_optional() -> None:
     new, old, active, entropies, adv, values, _, returns = loss_inputs()
     far_old = values.detach() + 5.0
-    plain = ppo_loss(new, old, active, entropies, adv, values, far_old, returns, PPOLossConfig())
-    clipped = ppo_loss(new, old, active, entropies, adv, values, far_old, returns, PPOLossConfig(clip_vloss=True))
+    plain = ppo_loss(LossInputs(new, old, active, entropies, adv, values, far_old, returns), PPOLossConfig())
+    clipped = ppo_loss(
+        LossInputs(new, old, active, entropies, adv, values, far_old, returns), PPOLossConfig(clip_vloss=True)
+    )
     torch.testing.assert_close(plain.value_loss, 0.5 * ((values - returns) ** 2).mean())
     assert clipped.value_loss.item() > plain.value_loss.item()

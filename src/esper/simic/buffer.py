@@ -14,7 +14,65 @@ from dataclasses import dataclass
 import torch
 
 from esper.simic.advantages import compute_gae
+from esper.tamiyo.distributions import FactoredSample
 from esper.tamiyo.policy import LSTMState
+
+
+@dataclass(frozen=True)
+class RolloutStep:
+    """One step of K envs, as the buffer stores it: what they saw, what they did, what followed.
+    Per-step tensors are (K,); per-head ones (K, H)."""
+
+    envs: torch.Tensor
+    """(K,) which envs took this step."""
+    obs: torch.Tensor
+    """(K, obs_dim) the normalized observation the policy acted on."""
+    episode_start: torch.Tensor
+    actions: torch.Tensor
+    masks: torch.Tensor
+    """(K, n0 + n1 + ...) the resolved mask of every head."""
+    log_probs: torch.Tensor
+    head_active: torch.Tensor
+    values: torch.Tensor
+    rewards: torch.Tensor
+    terminated: torch.Tensor
+    truncated: torch.Tensor
+    bootstrap_values: torch.Tensor | None = None
+    """V of the final observation at a truncation; unused elsewhere."""
+
+    @staticmethod
+    def of(
+        envs: torch.Tensor,
+        obs: torch.Tensor,
+        episode_start: torch.Tensor,
+        sample: FactoredSample,
+        values: torch.Tensor,
+        rewards: torch.Tensor,
+        terminated: torch.Tensor,
+        truncated: torch.Tensor,
+        bootstrap_values: torch.Tensor | None = None,
+    ) -> RolloutStep:
+        """The step of a policy's sampled actions."""
+        return RolloutStep(
+            envs,
+            obs,
+            episode_start,
+            sample.actions,
+            sample.masks,
+            sample.log_probs,
+            sample.head_active,
+            values,
+            rewards,
+            terminated,
+            truncated,
+            bootstrap_values,
+        )
+
+
+STORED_FIELDS: tuple[str, ...] = tuple(
+    f for f in RolloutStep.__dataclass_fields__ if f not in ("envs", "bootstrap_values")
+)
+"""The per-step fields of a `RolloutStep` the buffer keeps a (T, N, ...) tensor of."""
 
 
 @dataclass(frozen=True)
@@ -67,46 +125,20 @@ class RolloutBuffer:
         self.advantages: torch.Tensor | None = None
         self.returns: torch.Tensor | None = None
 
-    def add(
-        self,
-        envs: torch.Tensor,
-        obs: torch.Tensor,
-        episode_start: torch.Tensor,
-        actions: torch.Tensor,
-        masks: torch.Tensor,
-        log_probs: torch.Tensor,
-        head_active: torch.Tensor,
-        values: torch.Tensor,
-        rewards: torch.Tensor,
-        terminated: torch.Tensor,
-        truncated: torch.Tensor,
-        bootstrap_values: torch.Tensor | None = None,
-    ) -> None:
-        """Append one step for each env in `envs` (a (K,) index tensor; the other tensors are (K, ...)).
-
-        `obs` must be the exact (normalized) observation the policy acted on."""
-        envs = envs.long().cpu()
+    def add(self, step: RolloutStep) -> None:
+        """Append one step for each of the step's envs (`step.obs` must be the exact normalized
+        observation the policy acted on)."""
+        envs = step.envs.long().cpu()
         t = self.steps[envs]
         if bool((t >= self.n_steps).any()):
             raise IndexError(f"env segment full ({self.n_steps} steps)")
         if envs.unique().numel() != envs.numel():
             raise ValueError("an env appears twice in one add()")
-        for name, value in (
-            ("obs", obs),
-            ("episode_start", episode_start),
-            ("actions", actions),
-            ("masks", masks),
-            ("log_probs", log_probs),
-            ("head_active", head_active),
-            ("values", values),
-            ("rewards", rewards),
-            ("terminated", terminated),
-            ("truncated", truncated),
-        ):
+        for name in STORED_FIELDS:
             target = getattr(self, name)
-            target[t, envs] = value.detach().to(device=target.device, dtype=target.dtype)
-        if bootstrap_values is not None:
-            self.bootstrap_values[t, envs] = bootstrap_values.detach().to(self.bootstrap_values)
+            target[t, envs] = getattr(step, name).detach().to(device=target.device, dtype=target.dtype)
+        if step.bootstrap_values is not None:
+            self.bootstrap_values[t, envs] = step.bootstrap_values.detach().to(self.bootstrap_values)
         self.valid[t, envs] = True
         self.steps[envs] += 1
 

@@ -37,10 +37,10 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from esper.simic.buffer import RolloutBuffer
+from esper.simic.buffer import RolloutBuffer, RolloutStep
 from esper.simic.normalizer import RunningMeanStd
 from esper.simic.ppo import PPOConfig, ppo_update
-from esper.tamiyo.distributions import FactoredMasks, sample_factored
+from esper.tamiyo.distributions import FactoredMasks
 from esper.tamiyo.policy import LSTMState, RecurrentPolicy
 from esper.tolaria.rng import seeded_init
 
@@ -281,8 +281,8 @@ def record_episodes(run: GymRun, rewards: np.ndarray, ended: np.ndarray) -> None
 def collect_step(run: GymRun, buffer: RolloutBuffer, masks: FactoredMasks) -> None:
     """One step of every env: act, step the vector env, bootstrap truncations, store."""
     obs = normalized_observation(run, run.raw_obs)
-    logits, values, state = run.policy(obs.unsqueeze(0), run.lstm, run.episode_start.unsqueeze(0))
-    sample = sample_factored([lg[0] for lg in logits], masks, run.sample_generator)
+    step = run.policy.act(obs, run.lstm, run.episode_start, masks, generator=run.sample_generator)
+    sample, state = step.sample, step.state
     raw_next, rewards, terminated, truncated, info = run.envs.step(run.codec.decode(sample.actions))
     rewards = np.asarray(rewards, dtype=np.float64)
     terminated = np.asarray(terminated, dtype=bool)
@@ -290,18 +290,17 @@ def collect_step(run: GymRun, buffer: RolloutBuffer, masks: FactoredMasks) -> No
     ended = terminated | truncated
     learned = rewards if run.reward_scale is None else run.reward_scale(rewards, ended)
     buffer.add(
-        envs=torch.arange(run.n_envs),
-        obs=obs,
-        episode_start=run.episode_start,
-        actions=sample.actions,
-        masks=sample.masks,
-        log_probs=sample.log_probs,
-        head_active=sample.head_active,
-        values=values[0],
-        rewards=torch.as_tensor(learned, dtype=torch.float32),
-        terminated=torch.as_tensor(terminated),
-        truncated=torch.as_tensor(truncated),
-        bootstrap_values=bootstrap_values(run, info, truncated, state),
+        RolloutStep.of(
+            envs=torch.arange(run.n_envs),
+            obs=obs,
+            episode_start=run.episode_start,
+            sample=sample,
+            values=step.values,
+            rewards=torch.as_tensor(learned, dtype=torch.float32),
+            terminated=torch.as_tensor(terminated),
+            truncated=torch.as_tensor(truncated),
+            bootstrap_values=bootstrap_values(run, info, truncated, state),
+        )
     )
     record_episodes(run, rewards, ended)
     run.raw_obs, run.lstm = raw_next, state

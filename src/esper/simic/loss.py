@@ -37,17 +37,21 @@ class PPOLossOutput:
     """Fraction of steps whose joint ratio lies outside [1 - clip, 1 + clip]."""
 
 
-def ppo_loss(
-    new_logprobs: torch.Tensor,
-    old_logprobs: torch.Tensor,
-    head_active: torch.Tensor,
-    entropies: torch.Tensor,
-    advantages: torch.Tensor,
-    new_values: torch.Tensor,
-    old_values: torch.Tensor,
-    returns: torch.Tensor,
-    config: PPOLossConfig,
-) -> PPOLossOutput:
+@dataclass(frozen=True)
+class LossInputs:
+    """What the loss reads for B valid steps: per-head tensors (B, H), per-step ones (B,)."""
+
+    new_log_probs: torch.Tensor
+    old_log_probs: torch.Tensor
+    head_active: torch.Tensor
+    entropies: torch.Tensor
+    advantages: torch.Tensor
+    new_values: torch.Tensor
+    old_values: torch.Tensor
+    returns: torch.Tensor
+
+
+def ppo_loss(inputs: LossInputs, config: PPOLossConfig) -> PPOLossOutput:
     """PPO loss for factored actions. Shapes: per-head tensors (B, H); per-step tensors (B,).
 
     One trust region per step: the ratio is that of the step's whole action, the product of the
@@ -57,23 +61,24 @@ def ppo_loss(
     (`head_active` False, e.g. the blueprint head of a CULL) contributes nothing to that step's
     ratio, entropy, KL or clip fraction.
     """
-    active = head_active.bool()
-    head_log_ratio = torch.where(active, new_logprobs.float() - old_logprobs.float(), 0.0)
+    x = inputs
+    active = x.head_active.bool()
+    head_log_ratio = torch.where(active, x.new_log_probs.float() - x.old_log_probs.float(), 0.0)
     log_ratio = head_log_ratio.sum(dim=-1).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
     ratio = log_ratio.exp()
-    adv = advantages.float()
+    adv = x.advantages.float()
     surrogate = torch.maximum(-adv * ratio, -adv * ratio.clamp(1 - config.clip_coef, 1 + config.clip_coef))
     policy_loss = surrogate.mean()
 
-    new_values, returns = new_values.float(), returns.float()
+    new_values, old_values, returns = x.new_values.float(), x.old_values.float(), x.returns.float()
     if config.clip_vloss:
         clipped = old_values + (new_values - old_values).clamp(-config.clip_coef, config.clip_coef)
         value_loss = 0.5 * torch.maximum((new_values - returns) ** 2, (clipped - returns) ** 2).mean()
     else:
         value_loss = 0.5 * ((new_values - returns) ** 2).mean()
 
-    masked_entropies = torch.where(active, entropies.float(), 0.0)
-    entropy = masked_entropies.sum() / advantages.numel()
+    masked_entropies = torch.where(active, x.entropies.float(), 0.0)
+    entropy = masked_entropies.sum() / adv.numel()
     head_entropy = masked_entropies.sum(0) / active.float().sum(0).clamp_min(1.0)
     loss = policy_loss - config.ent_coef * entropy + config.vf_coef * value_loss
     with torch.no_grad():

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from esper.simic.buffer import RolloutBuffer
+from esper.simic.buffer import Minibatch, RolloutBuffer
 from esper.simic.distributed import SINGLE_PROCESS, DistContext, average_gradients
-from esper.simic.loss import PPOLossConfig, ppo_loss
-from esper.tamiyo.distributions import evaluate_factored
+from esper.simic.loss import LossInputs, PPOLossConfig, PPOLossOutput, ppo_loss
+from esper.tamiyo.policy import RecurrentPolicy
 
 
 @dataclass(frozen=True)
@@ -107,8 +107,63 @@ class UpdateStats:
         return row
 
 
+def minibatch_loss(
+    policy: RecurrentPolicy, mb: Minibatch, advantage_stats: tuple[torch.Tensor, torch.Tensor], config: PPOLossConfig
+) -> PPOLossOutput:
+    """The PPO loss of one minibatch of whole sequences, re-run by the policy."""
+    evaluation = policy.evaluate(mb.obs, mb.initial_state, mb.episode_start, mb.valid, mb.masks, mb.actions)
+    mean, std = advantage_stats
+    inputs = LossInputs(
+        new_log_probs=evaluation.log_probs,
+        old_log_probs=mb.old_log_probs,
+        head_active=mb.head_active,
+        entropies=evaluation.entropies,
+        advantages=(mb.advantages - mean) / std,
+        new_values=evaluation.values,
+        old_values=mb.old_values,
+        returns=mb.returns,
+    )
+    return ppo_loss(inputs, config)
+
+
+def optimizer_step(
+    policy: nn.Module, optimizer: torch.optim.Optimizer, loss: torch.Tensor, max_grad_norm: float, ctx: DistContext
+) -> None:
+    """Backward, gradients averaged over ranks (before clipping), global clipping, one step."""
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    average_gradients(ctx, policy)
+    nn.utils.clip_grad_norm_(policy.parameters(), max_grad_norm)
+    optimizer.step()
+
+
+def reduce_stats(
+    outputs: list[PPOLossOutput], approx_kl: torch.Tensor, buffer: RolloutBuffer, epochs_run: int, stopped: bool
+) -> UpdateStats:
+    """The update's statistics: means over the minibatches that stepped, the last KL read."""
+    n = max(len(outputs), 1)
+
+    def mean(field: str) -> torch.Tensor | float:
+        return sum((getattr(out, field).detach() for out in outputs), torch.zeros(())) / n if outputs else 0.0
+
+    n_heads = len(buffer.head_sizes)
+    head_entropy = mean("head_entropy")
+    return UpdateStats(
+        policy_loss=float(mean("policy_loss")),
+        value_loss=float(mean("value_loss")),
+        entropy=float(mean("entropy")),
+        head_entropy=head_entropy.tolist() if outputs else [0.0] * n_heads,  # type: ignore[union-attr]
+        approx_kl=float(approx_kl),
+        clipfrac=float(mean("clipfrac")),
+        explained_variance=buffer.explained_variance(),
+        epochs_run=epochs_run,
+        minibatches_run=len(outputs),
+        stopped_early=stopped,
+    )
+
+
 def ppo_update(
-    policy: nn.Module,
+    policy: RecurrentPolicy,
     optimizer: torch.optim.Optimizer,
     buffer: RolloutBuffer,
     config: PPOConfig,
@@ -124,62 +179,21 @@ def ppo_update(
     run the same number of minibatches per epoch (the same number of envs).
     """
     loss_config = config.loss_config(ent_coef)
-    explained = buffer.explained_variance()
-    adv_mean, adv_std = advantage_statistics(buffer, ctx) if config.norm_adv else (0.0, 1.0)
-    sums: dict[str, torch.Tensor] = {}
+    stats = advantage_statistics(buffer, ctx) if config.norm_adv else (torch.zeros(()), torch.ones(()))
+    outputs: list[PPOLossOutput] = []
     approx_kl = torch.zeros(())
-    epochs_run, minibatches_run, stopped = 0, 0, False
+    epochs_run, stopped = 0, False
     policy.train()
     for _ in range(config.update_epochs):
         for mb in buffer.minibatches(config.num_minibatches, generator):
-            logits, values, _ = policy(mb.obs, mb.initial_state, mb.episode_start)
-            valid_logits = [lg[mb.valid] for lg in logits]
-            new_log_probs, entropies = evaluate_factored(valid_logits, mb.masks, mb.actions)
-            advantages = (mb.advantages - adv_mean) / adv_std
-            out = ppo_loss(
-                new_log_probs,
-                mb.old_log_probs,
-                mb.head_active,
-                entropies,
-                advantages,
-                values[mb.valid],
-                mb.old_values,
-                mb.returns,
-                loss_config,
-            )
+            out = minibatch_loss(policy, mb, stats, loss_config)
             approx_kl = ctx.all_reduce_mean(out.approx_kl.detach())
             if config.target_kl is not None and float(approx_kl) > 1.5 * config.target_kl:
                 stopped = True
                 break
-            optimizer.zero_grad(set_to_none=True)
-            out.loss.backward()
-            average_gradients(ctx, policy)
-            nn.utils.clip_grad_norm_(policy.parameters(), config.max_grad_norm)
-            optimizer.step()
-            minibatches_run += 1
-            for key, value in (
-                ("policy_loss", out.policy_loss),
-                ("value_loss", out.value_loss),
-                ("entropy", out.entropy),
-                ("clipfrac", out.clipfrac),
-                ("head_entropy", out.head_entropy),
-            ):
-                sums[key] = sums.get(key, 0.0) + value.detach()
+            optimizer_step(policy, optimizer, out.loss, config.max_grad_norm, ctx)
+            outputs.append(out)
         if stopped:
             break
         epochs_run += 1
-    n = max(minibatches_run, 1)
-    means = {k: (v / n) for k, v in sums.items()}
-    n_heads = len(buffer.head_sizes)
-    return UpdateStats(
-        policy_loss=float(means.get("policy_loss", 0.0)),
-        value_loss=float(means.get("value_loss", 0.0)),
-        entropy=float(means.get("entropy", 0.0)),
-        head_entropy=means["head_entropy"].tolist() if "head_entropy" in means else [0.0] * n_heads,
-        approx_kl=float(approx_kl),
-        clipfrac=float(means.get("clipfrac", 0.0)),
-        explained_variance=explained,
-        epochs_run=epochs_run,
-        minibatches_run=minibatches_run,
-        stopped_early=stopped,
-    )
+    return reduce_stats(outputs, approx_kl, buffer, epochs_run, stopped)

@@ -32,13 +32,13 @@ from dataclasses import dataclass, field
 import torch
 
 from esper.leyline import Decision, LifecycleOp, TrainingSignals
-from esper.simic.buffer import RolloutBuffer
+from esper.simic.buffer import RolloutBuffer, RolloutStep
 from esper.simic.distributed import SINGLE_PROCESS, DistContext, merge_observations
 from esper.simic.normalizer import RunningMeanStd
 from esper.simic.ppo import PPOConfig, UpdateStats, ppo_update
 from esper.simic.rewards import RewardBreakdown, RewardConfig, RewardFunction
 from esper.tamiyo import HEADS, PolicySpaces, RecurrentPolicy
-from esper.tamiyo.distributions import FactoredMasks, FactoredSample, sample_factored
+from esper.tamiyo.distributions import FactoredMasks, FactoredSample
 from esper.tamiyo.policy import LSTMState
 from esper.tolaria.datasets import TaskData
 from esper.tolaria.environment import EnvConfig, MorphogeneticEnv, StepResult
@@ -271,16 +271,18 @@ def act(
     index = torch.tensor(ids, device=setup.policy_device)
     h, c = rs.lstm
     learner.policy.eval()
-    logits, values, (h_new, c_new) = learner.policy(
-        obs.unsqueeze(0), (h[:, index], c[:, index]), rs.episode_start[index].unsqueeze(0)
-    )
-    h[:, index], c[:, index] = h_new, c_new
     uniforms = torch.rand(
-        len(rs.envs), len(logits), generator=learner.sample_generator, device=learner.sample_generator.device
+        len(rs.envs),
+        len(setup.spaces.actions.head_sizes),
+        generator=learner.sample_generator,
+        device=learner.sample_generator.device,
     )
-    sample = sample_factored([lg[0] for lg in logits], action_masks(setup, rs, ids), uniforms=uniforms[index])
-    decisions = [setup.spaces.actions.decode(*row) for row in sample.actions.tolist()]
-    return sample, values[0], decisions
+    step = learner.policy.act(
+        obs, (h[:, index], c[:, index]), rs.episode_start[index], action_masks(setup, rs, ids), uniforms[index]
+    )
+    h[:, index], c[:, index] = step.state
+    decisions = [setup.spaces.actions.decode(*row) for row in step.sample.actions.tolist()]
+    return step.sample, step.values, decisions
 
 
 def train_epoch(setup: Setup, learner: Learner, rs: RoundState, ids: list[int], decisions: list[Decision]):
@@ -325,17 +327,16 @@ def reward_and_store(
     index = torch.tensor(ids)
     device = setup.policy_device
     rs.buffer.add(
-        envs=index,
-        obs=obs,
-        episode_start=rs.episode_start[index.to(device)],
-        actions=sample.actions,
-        masks=sample.masks,
-        log_probs=sample.log_probs,
-        head_active=sample.head_active,
-        values=values,
-        rewards=torch.tensor(rewards),
-        terminated=torch.tensor(terminated),
-        truncated=torch.zeros(len(ids), dtype=torch.bool),
+        RolloutStep.of(
+            envs=index,
+            obs=obs,
+            episode_start=rs.episode_start[index.to(device)],
+            sample=sample,
+            values=values,
+            rewards=torch.tensor(rewards),
+            terminated=torch.tensor(terminated),
+            truncated=torch.zeros(len(ids), dtype=torch.bool),
+        )
     )
     rs.episode_start[index.to(device)] = False
 

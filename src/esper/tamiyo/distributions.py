@@ -98,22 +98,28 @@ def sample_factored(
     masks: FactoredMasks,
     generator: torch.Generator | None = None,
     uniforms: torch.Tensor | None = None,
+    greedy: bool = False,
 ) -> FactoredSample:
-    """Sample the first head, then every later head under its mask for that choice.
+    """Sample the first head, then every later head under its mask for that choice; `greedy`
+    takes each head's most probable valid choice instead.
 
     `uniforms` (N, H), one U[0, 1) per row and head, makes each row's sample depend on its own
     row only (see `MaskedCategorical.sample`); without it they are drawn from `generator`."""
-    if uniforms is None:
+    if uniforms is None and not greedy:
         uniforms = torch.rand(logits[0].shape[0], len(logits), generator=generator, device=logits[0].device)
+
+    def choose(dist: MaskedCategorical, head: int) -> torch.Tensor:
+        return dist.mode() if greedy else dist.sample(uniforms=uniforms[:, head])
+
     first_dist = MaskedCategorical(logits[0], masks.first)
-    first = first_dist.sample(uniforms=uniforms[:, 0])
+    first = choose(first_dist, 0)
     rows = torch.arange(first.shape[0], device=first.device)
     dists, resolved = [first_dist], [masks.first]
     for head_logits, conditional in zip(logits[1:], masks.conditional, strict=True):
         mask = conditional[rows, first]
         dists.append(MaskedCategorical(head_logits, mask))
         resolved.append(mask)
-    later = [d.sample(uniforms=uniforms[:, k]) for k, d in enumerate(dists[1:], start=1)]
+    later = [choose(d, k) for k, d in enumerate(dists[1:], start=1)]
     actions = torch.stack([first, *later], dim=-1)
     log_probs = torch.stack([d.log_prob(actions[:, k]) for k, d in enumerate(dists)], dim=-1)
     entropies = torch.stack([d.entropy() for d in dists], dim=-1)

@@ -1,13 +1,43 @@
-"""The recurrent policy: feature layers, an LSTM, factored action heads and a value head."""
+"""The recurrent policy: feature layers, an LSTM, factored action heads and a value head. It
+owns acting (`act`: one batched step, sampled or greedy under masks) and evaluating (`evaluate`:
+stored actions re-run over whole sequences), as CleanRL's `get_action_and_value` and SB3's
+`evaluate_actions` do, so a trained policy can drive an env with no trainer around it."""
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
+from esper.tamiyo.distributions import FactoredMasks, FactoredSample, evaluate_factored, sample_factored
+
 LSTMState = tuple[torch.Tensor, torch.Tensor]
+
+
+@dataclass(frozen=True)
+class PolicyStep:
+    """One batched decision of K envs."""
+
+    sample: FactoredSample
+    """The chosen actions (K, H), their log-probabilities, entropies, active heads and masks."""
+    values: torch.Tensor
+    """(K,) V of the observations acted on."""
+    state: LSTMState
+    """The LSTM state after the step."""
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """Stored actions under the current policy, over the V valid steps of some sequences."""
+
+    log_probs: torch.Tensor
+    """(V, H) float32."""
+    entropies: torch.Tensor
+    """(V, H) float32."""
+    values: torch.Tensor
+    """(V,) float32."""
 
 
 def _orthogonal(layer: nn.Linear, gain: float) -> nn.Linear:
@@ -72,3 +102,35 @@ class RecurrentPolicy(nn.Module):
         hidden = torch.cat(outputs)
         logits = [head(hidden).float() for head in self.heads]
         return logits, self.value_head(hidden).squeeze(-1).float(), (h, c)
+
+    def act(
+        self,
+        obs: torch.Tensor,
+        state: LSTMState,
+        episode_start: torch.Tensor,
+        masks: FactoredMasks,
+        uniforms: torch.Tensor | None = None,
+        generator: torch.Generator | None = None,
+        greedy: bool = False,
+    ) -> PolicyStep:
+        """One step of K envs: `obs` (K, obs_dim) normalized, `state` their LSTM states,
+        `episode_start` (K,) where each starts an episode. Samples under `masks` from `uniforms`
+        (K, H) or `generator`, or takes the most probable valid action when `greedy`."""
+        logits, values, new_state = self(obs.unsqueeze(0), state, episode_start.unsqueeze(0))
+        sample = sample_factored([lg[0] for lg in logits], masks, generator, uniforms, greedy)
+        return PolicyStep(sample, values[0], new_state)
+
+    def evaluate(
+        self,
+        obs: torch.Tensor,
+        initial_state: LSTMState,
+        episode_start: torch.Tensor,
+        valid: torch.Tensor,
+        masks: torch.Tensor,
+        actions: torch.Tensor,
+    ) -> Evaluation:
+        """Re-run whole (T, B) sequences from their stored initial state, and score the stored
+        `actions` (V, H) under their stored resolved `masks` at the V `valid` steps."""
+        logits, values, _ = self(obs, initial_state, episode_start)
+        log_probs, entropies = evaluate_factored([lg[valid] for lg in logits], masks, actions)
+        return Evaluation(log_probs, entropies, values[valid])
