@@ -10,6 +10,7 @@ action space (see `esper.simic.gym`).
 from esper.simic.advantages import compute_gae
 from esper.simic.buffer import RolloutBuffer
 from esper.simic.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from esper.simic.controller import PolicyController
 from esper.simic.loss import PPOLossConfig, PPOLossOutput, ppo_loss
 from esper.simic.normalizer import RunningMeanStd
 from esper.simic.ppo import PPOConfig, UpdateStats, ppo_update
@@ -21,6 +22,7 @@ __all__ = [
     "PPOConfig",
     "PPOLossConfig",
     "PPOLossOutput",
+    "PolicyController",
     "RewardBreakdown",
     "RewardConfig",
     "RewardFunction",

@@ -8,6 +8,7 @@ its last healthy epoch on NaN or a loss blow-up.
 from esper.tolaria.datasets import DatasetError
 from esper.tolaria.devices import DeviceError, available_devices, resolve_device
 from esper.tolaria.environment import EnvConfig, MorphogeneticEnv, StepResult
+from esper.tolaria.episode import Controller, EpisodeOutcome, run_episode
 from esper.tolaria.governor import Governor, GovernorConfig
 from esper.tolaria.seeds import SeedRecord
 from esper.tolaria.tasks import DATA_DIR_ENV, DEFAULT_TASK, TASKS, TaskSpec, get_task
@@ -16,9 +17,11 @@ __all__ = [
     "DATA_DIR_ENV",
     "DEFAULT_TASK",
     "TASKS",
+    "Controller",
     "DatasetError",
     "DeviceError",
     "EnvConfig",
+    "EpisodeOutcome",
     "Governor",
     "GovernorConfig",
     "MorphogeneticEnv",
@@ -28,4 +31,5 @@ __all__ = [
     "available_devices",
     "get_task",
     "resolve_device",
+    "run_episode",
 ]

@@ -1,0 +1,88 @@
+"""A learned policy as a `Controller`: it drives one env, with no trainer around it.
+
+It sees what the trainer's policy saw: the env's signals featurized by the policy's observation
+layout and normalized with the statistics the policy was trained with (frozen here), and it acts
+under the masks of the same action space, so every decision is executable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from esper.kasmina import StageChange
+from esper.leyline import Decision, GateThresholds, TrainingSignals
+from esper.simic.checkpoint import check_compatible, read_checkpoint
+from esper.simic.normalizer import RunningMeanStd
+from esper.tamiyo import FactoredMasks, PolicySpaces, RecurrentPolicy
+from esper.tolaria import TaskSpec, get_task
+from esper.tolaria.rng import seeded_init
+
+
+class PolicyController:
+    def __init__(
+        self,
+        policy: RecurrentPolicy,
+        spaces: PolicySpaces,
+        obs_norm: RunningMeanStd,
+        thresholds: GateThresholds | None = None,
+        greedy: bool = True,
+        rng_seed: int = 0,
+    ) -> None:
+        """`greedy` takes each head's most probable valid choice; otherwise actions are sampled
+        from a generator seeded by `rng_seed`. `thresholds` must be the env's (they shape the masks)."""
+        self.policy, self.spaces, self.obs_norm = policy.eval(), spaces, obs_norm
+        self.thresholds = thresholds or GateThresholds()
+        self.greedy = greedy
+        self.generator = torch.Generator().manual_seed(rng_seed)
+        self.reset()
+
+    @staticmethod
+    def fresh(
+        task: TaskSpec, blueprints: Sequence[str] | None = None, rng_seed: int = 0, hidden: int = 128, **kwargs
+    ) -> PolicyController:
+        """An untrained policy for `task`'s host, initialised from `rng_seed`."""
+        spaces = PolicySpaces.derive(task.topology, task.slot_names, blueprints)
+        with seeded_init(rng_seed):
+            policy = RecurrentPolicy(spaces.layout.obs_dim, spaces.actions.head_sizes, hidden, hidden)
+        return PolicyController(policy, spaces, RunningMeanStd(spaces.layout.obs_dim), rng_seed=rng_seed, **kwargs)
+
+    @staticmethod
+    def from_checkpoint(path: str | Path, **kwargs) -> PolicyController:
+        """The policy of an `esper ppo` checkpoint, with the observation statistics it was trained
+        with; a `CheckpointError` for a file that is not one, or a policy whose spaces the
+        checkpoint's task no longer has."""
+        path = Path(path)
+        payload = read_checkpoint(path)
+        task = get_task(payload["settings"]["task"])
+        spaces = PolicySpaces.derive(task.topology, task.slot_names, payload["spaces"].get("blueprints"))
+        check_compatible(path, payload["spaces"], spaces.signature())
+        hidden = int(payload["trainer"]["hidden"])
+        policy = RecurrentPolicy(spaces.layout.obs_dim, spaces.actions.head_sizes, hidden, hidden)
+        policy.load_state_dict(payload["learner"]["policy"])
+        obs_norm = RunningMeanStd(spaces.layout.obs_dim)
+        obs_norm.load_state_dict(payload["learner"]["obs_norm"])
+        return PolicyController(policy, spaces, obs_norm, **kwargs)
+
+    def reset(self) -> None:
+        """A new episode: the LSTM state starts at zero."""
+        self.state = self.policy.initial_state(1, torch.device("cpu"))
+        self.episode_start = torch.ones(1, dtype=torch.bool)
+
+    @torch.no_grad()
+    def decide(self, signals: TrainingSignals) -> Decision:
+        obs = self.obs_norm.normalize(self.spaces.layout.featurize(signals)[None])
+        first, conditional = self.spaces.actions.conditional_masks(signals, self.thresholds)
+        masks = FactoredMasks(
+            first=first[None],
+            conditional=tuple(mask[None] for mask in conditional),
+            head_active=self.spaces.actions.head_active_table(),
+        )
+        step = self.policy.act(obs, self.state, self.episode_start, masks, generator=self.generator, greedy=self.greedy)
+        self.state, self.episode_start = step.state, torch.zeros(1, dtype=torch.bool)
+        return self.spaces.actions.decode(*step.sample.actions[0].tolist())
+
+    def record_step(self, decision: Decision, changes: Sequence[tuple[str, StageChange]]) -> None:
+        """A policy learns only in training; the LSTM state carries what it needs."""
