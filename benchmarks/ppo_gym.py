@@ -6,7 +6,7 @@ could be the task or the learner. CartPole-v1 separates the two: its maximum ret
 CleanRL's PPO reaches about 490 in 500k steps. Goal: `final_mean_return` >= 475 (the mean of
 the last 20 completed training episodes, sampled from the stochastic policy).
 
-Hyperparameters: `esper.simic.gym.default_ppo` (learning rate 1e-3 decayed linearly to 0 over
+Hyperparameters: `esper.simic.gymnasium_envs.default_ppo` (learning rate 1e-3 decayed linearly to 0 over
 the run, entropy 0.01, 4 epochs of 4 minibatches, no KL early stop), 8 envs x 128 steps a round,
 64 hidden units, observations normalized and rewards scaled by the running spread of the
 discounted return (`train_gym`'s defaults). Prints one JSON object; progress goes to stderr.
@@ -26,7 +26,7 @@ import time
 import gymnasium
 import torch
 
-from esper.simic.gym import FINAL_WINDOW, ActionCodec, default_ppo, observation_dim, train_gym
+from esper.simic.gymnasium_envs import FINAL_WINDOW, ActionCodec, default_ppo, observation_dim, train_gym
 
 
 def progress(every: int):
@@ -86,7 +86,7 @@ def main() -> None:
         n_envs=args.n_envs,
         n_steps=args.n_steps,
         ppo=ppo,
-        seed=args.seed,
+        rng_seed=args.seed,
         on_round=progress(args.progress_every),
     )
     seconds = time.perf_counter() - start

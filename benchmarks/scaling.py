@@ -1,7 +1,7 @@
 """How PPO training scales: host-epochs per second with 1, 2, 4 and 8 envs on one device, and the
 policy-DDP efficiency of 2 ranks against 1 (gloo on CPU, NCCL when `--device cuda`).
 
-- envs: every env trains its host one epoch on the shared batches (the trainer's `train_epoch`
+- envs: every env trains its host one epoch on the shared batches (`MorphogeneticEnvs.train_epoch`
   phase, all envs WAITing, so the work per epoch is the bare host's); the figure is host-epochs
   per second.
 - DDP: `--rounds` PPO rounds of `--ddp-envs` envs per rank, each rank in its own process with one
@@ -26,29 +26,29 @@ import torch
 import torch.multiprocessing as mp
 
 from esper.leyline import Decision
-from esper.simic import vectorized as vec
-from esper.simic.distributed import init_distributed, shutdown_distributed
+from esper.simic import morphogenetic_envs as menvs
+from esper.simic.distributed import SINGLE_PROCESS, init_distributed, shutdown_distributed
 from esper.tolaria import EnvConfig, get_task
 
 
-def make_setup(n_envs: int, device: torch.device, max_epochs: int, ctx=vec.SINGLE_PROCESS, rng_seed: int = 0):
+def make_trainer(n_envs: int, device: torch.device, max_epochs: int, ctx=SINGLE_PROCESS, rng_seed: int = 0):
     task = get_task("shapes")
     slots = task.slot_names
-    config = vec.TrainerConfig(episodes=10**6, n_envs=n_envs, rng_seed=rng_seed)
+    config = menvs.TrainerConfig(episodes=10**6, n_envs=n_envs, rng_seed=rng_seed)
     env_config = EnvConfig(task, device, max_epochs, slots, max_germinations=6)
-    return vec.build_trainer(config, env_config, task.load_data(None), [device], device, ctx=ctx)
+    return menvs.build_trainer(config, env_config, task.load_data(None), [device], device, ctx=ctx)
 
 
 def host_epochs_per_second(n_envs: int, device: torch.device, epochs: int) -> float:
-    setup, learner = make_setup(n_envs, device, max_epochs=epochs + 1)
-    rs = vec.start_round(setup, learner, n_envs)
+    envs, _ = make_trainer(n_envs, device, max_epochs=epochs + 1)
+    envs.begin_round()
     ids = list(range(n_envs))
-    vec.train_epoch(setup, learner, rs, ids, [Decision.wait()] * n_envs)  # warm-up
+    envs.train_epoch(ids, [Decision.wait()] * n_envs)  # warm-up
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     start = time.perf_counter()
     for _ in range(epochs):
-        vec.train_epoch(setup, learner, rs, ids, [Decision.wait()] * n_envs)
+        envs.train_epoch(ids, [Decision.wait()] * n_envs)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     return n_envs * epochs / (time.perf_counter() - start)
@@ -62,13 +62,13 @@ def ddp_worker(rank: int, world_size: int, port: int, rounds: int, n_envs: int, 
     dev = torch.device(device if device == "cpu" else f"cuda:{rank}")
     ctx = init_distributed(dev)
     try:
-        setup, learner = make_setup(n_envs, dev, max_epochs=2, ctx=ctx)
-        vec.run_round(setup, learner)  # warm-up
+        envs, learner = make_trainer(n_envs, dev, max_epochs=2, ctx=ctx)
+        menvs.run_round(envs, learner)  # warm-up
         ctx.barrier()
         start = time.perf_counter()
         steps_before = learner.global_step
         for _ in range(rounds):
-            vec.run_round(setup, learner)
+            menvs.run_round(envs, learner)
         ctx.barrier()
         seconds = time.perf_counter() - start
         if rank == 0:

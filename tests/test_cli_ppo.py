@@ -12,7 +12,7 @@ import torch
 from conftest import tiny_shapes_task, tiny_text_task, tree
 from esper.scripts.train import main
 from esper.simic.checkpoint import CHECKPOINT_FORMAT
-from esper.simic.vectorized import TIMING_METRICS
+from esper.simic.morphogenetic_envs import TIMING_METRICS
 from esper.tolaria import TASKS
 from test_cli import check_usage_error
 

@@ -14,7 +14,7 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from esper.simic import vectorized as vec
+from esper.simic import morphogenetic_envs as menvs
 from esper.simic.distributed import init_distributed, merge_observations, shutdown_distributed
 from esper.simic.normalizer import RunningMeanStd
 from esper.tolaria import EnvConfig
@@ -43,13 +43,12 @@ def one_round_on_rank(rank: int, world_size: int, port: int, out_dir: str) -> No
     ctx = init_distributed(torch.device("cpu"))
     try:
         task = tiny_shapes_task()
-        config = vec.TrainerConfig(episodes=4, n_envs=1, rng_seed=3, hidden=16)
+        config = menvs.TrainerConfig(episodes=4, n_envs=1, rng_seed=3, hidden=16)
         env_config = EnvConfig(task, torch.device("cpu"), 2, ("early", "mid", "late"), max_germinations=2)
         cpu = torch.device("cpu")
-        setup, learner = vec.build_trainer(config, env_config, task.load_data(None), [cpu], cpu, ctx=ctx)
-        rs = vec.start_round(setup, learner, 1)
-        episodes = list(rs.episodes)
-        row = vec.run_round(setup, learner)
+        envs, learner = menvs.build_trainer(config, env_config, task.load_data(None), [cpu], cpu, ctx=ctx)
+        row = menvs.run_round(envs, learner)
+        episodes = list(envs.episodes)
         flat = torch.cat([p.detach().reshape(-1) for p in learner.policy.parameters()])
         torch.save(
             {

@@ -1,5 +1,5 @@
-"""Gymnasium both ways: the PPO core trained on Gymnasium envs (`esper.simic.gym`), and the
-morphogenetic env offered as a Gymnasium env (`esper.simic.gym_env`)."""
+"""Gymnasium both ways: the PPO core trained on Gymnasium envs (`esper.simic.gymnasium_envs`), and the
+morphogenetic env offered as a Gymnasium env (`esper.simic.gymnasium_adapter`)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from gymnasium.utils.env_checker import check_env
 
 from conftest import tiny_shapes_task
 from esper.leyline import LifecycleOp
-from esper.simic import PPOConfig
-from esper.simic.gym import ActionCodec, collect, make_run, train_gym
-from esper.simic.gym_env import MorphogeneticGymEnv
+from esper.simic import PPOConfig, loop
+from esper.simic.gymnasium_adapter import MorphogeneticGymEnv
+from esper.simic.gymnasium_envs import ActionCodec, make_run, train_gym
 from esper.tamiyo import HEADS
 from esper.tolaria import EnvConfig
 
@@ -66,8 +66,10 @@ def value_after(policy, buffer, t: int, env: int, next_obs: torch.Tensor) -> flo
 
 def test_truncation_bootstraps_from_the_final_observation_and_termination_from_zero() -> None:
     ppo = PPOConfig(gamma=GAMMA, gae_lambda=0.8)
-    run = make_run("alternating", 2, ppo, seed=0, hidden=16, normalize_obs=False, make_env=Alternating)
-    segments = [collect(run, 4) for _ in range(3)]  # episodes of 3 and 2 steps cross segment ends
+    run = make_run("alternating", 2, 4, ppo, rng_seed=0, hidden=16, make_env=Alternating)
+    # episodes of 3 and 2 steps cross segment ends; with no update between rounds the observation
+    # statistics stay at their start (mean 0, variance 1), so what the policy sees is the raw obs
+    segments = [loop.collect(run.learner, run.envs, ppo).buffer for _ in range(3)]
     seen = {"truncated": 0, "terminated": 0, "cut": 0}
     for k, buffer in enumerate(segments):
         for t in range(4):
@@ -118,7 +120,7 @@ def run_state_after(run, buffer, env: int):
 
 
 def test_cartpole_trains_and_reports_finite_metrics() -> None:
-    result = train_gym("CartPole-v1", total_steps=64, n_envs=2, n_steps=16, seed=3)
+    result = train_gym("CartPole-v1", total_steps=64, n_envs=2, n_steps=16, rng_seed=3)
     assert result.env_id == "CartPole-v1" and result.global_step == 64 and len(result.rounds) == 2
     assert result.episode_returns and all(r >= 1 for r in result.episode_returns)
     assert math.isfinite(result.final_mean_return)
@@ -131,7 +133,7 @@ def test_cartpole_trains_and_reports_finite_metrics() -> None:
 
 def test_same_seed_same_run_and_another_seed_another() -> None:
     def fingerprint(seed: int):
-        result = train_gym("CartPole-v1", total_steps=64, n_envs=2, n_steps=16, seed=seed)
+        result = train_gym("CartPole-v1", total_steps=64, n_envs=2, n_steps=16, rng_seed=seed)
         losses = [(r["losses/policy_loss"], r["losses/value_loss"]) for r in result.rounds]
         return result.episode_returns, losses
 
@@ -151,7 +153,7 @@ def test_action_codec_decodes_every_space_kind() -> None:
 
 def test_unsupported_spaces_are_rejected_by_name() -> None:
     with pytest.raises(ValueError, match="Box"):
-        make_run("box-actions", 1, PPOConfig(), make_env=BoxActions)
+        make_run("box-actions", 1, 4, PPOConfig(), make_env=BoxActions)
     with pytest.raises(ValueError, match="Discrete"):
         ActionCodec.for_space(spaces.Box(0, 1, (1,)))
 

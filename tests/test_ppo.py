@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from conftest import tiny_shapes_task
 from esper.leyline import LifecycleOp
-from esper.simic import PPOConfig, RolloutBuffer, compute_gae, ppo_update
-from esper.simic import vectorized as vec
+from esper.simic import PPOConfig, RolloutBuffer, compute_gae, loop, ppo_update
+from esper.simic import morphogenetic_envs as menvs
 from esper.simic.buffer import RolloutStep
 from esper.simic.checkpoint import learner_state, load_learner_state
 from esper.tamiyo import ActionSpace, FactoredMasks, RecurrentPolicy, evaluate_factored, sample_factored
@@ -216,48 +216,59 @@ def test_schedule_anneals_over_a_fixed_horizon() -> None:
     assert ppo.schedule(50) == (0.0, 0.0)
 
 
-# --------------------------------------------------------------------------- vectorized trainer
-def make_trainer(n_envs: int = 2, max_epochs: int = 3, rng_seed: int = 0) -> tuple[vec.Setup, vec.Learner]:
+# --------------------------------------------------------------------------- morphogenetic envs in the loop
+def make_trainer(
+    n_envs: int = 2, max_epochs: int = 3, rng_seed: int = 0
+) -> tuple[menvs.MorphogeneticEnvs, loop.Learner]:
     task = tiny_shapes_task()
-    config = vec.TrainerConfig(episodes=n_envs, n_envs=n_envs, rng_seed=rng_seed, hidden=16)
+    config = menvs.TrainerConfig(episodes=4 * n_envs, n_envs=n_envs, rng_seed=rng_seed, hidden=16)
     env_config = EnvConfig(task, torch.device("cpu"), max_epochs, ("early", "mid", "late"), max_germinations=3)
     cpu = torch.device("cpu")
-    return vec.build_trainer(config, env_config, task.load_data(None), [cpu], cpu)
+    return menvs.build_trainer(config, env_config, task.load_data(None), [cpu], cpu)
 
 
-def collect(setup: vec.Setup, learner: vec.Learner, before_train=None) -> tuple[vec.RoundState, list[torch.Tensor]]:
-    """One round's rollout, phase by phase; returns the round and the observations acted on."""
-    rs = vec.start_round(setup, learner, len(setup.envs))
+def collect(
+    envs: menvs.MorphogeneticEnvs, learner: loop.Learner, before_train=None
+) -> tuple[loop.Rollout, list[tuple[list[int], torch.Tensor]]]:
+    """One round's rollout, step by step through the loop; returns it and, for every step, the
+    envs that acted and the observation the policy acted on (read from the policy's own call)."""
     acted_on = []
-    epoch = 0
-    while ids := rs.running_ids():
-        obs = vec.policy_inputs(setup, learner, rs, ids)
+    act = learner.policy.act
+
+    def spy(obs, *args, **kwargs):
         acted_on.append((ids, obs.clone()))
-        sample, values, decisions = vec.act(setup, learner, rs, ids, obs)
-        epoch += 1
-        if before_train is not None:
-            before_train(rs, epoch)
-        results = vec.train_epoch(setup, learner, rs, ids, decisions)
-        vec.reward_and_store(setup, rs, ids, obs, sample, values, decisions, results)
-    return rs, acted_on
+        return act(obs, *args, **kwargs)
+
+    learner.policy.act = spy
+    rollout = loop.begin_rollout(learner, envs)
+    epoch = 0
+    try:
+        while ids := envs.acting():
+            epoch += 1
+            if before_train is not None:
+                before_train(envs, epoch)
+            loop.collect_step(learner, envs, rollout, ids)
+    finally:
+        del learner.policy.act
+    return rollout, acted_on
 
 
 def test_buffer_stores_the_normalized_observation_the_policy_acted_on() -> None:
-    setup, learner = make_trainer()
-    vec.run_round(setup, learner)  # the normalizer has statistics from the first round
-    rs, acted_on = collect(setup, learner)
+    envs, learner = make_trainer()
+    menvs.run_round(envs, learner)  # the normalizer has statistics from the first round
+    rollout, acted_on = collect(envs, learner)
     for t, (ids, obs) in enumerate(acted_on):
-        assert torch.equal(rs.buffer.obs[t, ids], obs)
-    raw = setup.spaces.layout.featurize(rs.signals[0])
+        assert torch.equal(rollout.buffer.obs[t, ids], obs)
+    raw = envs.spaces.layout.featurize(envs.signals[0])
     assert not torch.allclose(learner.obs_norm.normalize(raw), raw)  # normalization did something
-    assert rs.buffer.episode_start[0].all() and not rs.buffer.episode_start[1:].any()
-    assert rs.buffer.terminated[-1].all()  # the time limit is a true terminal
+    assert rollout.buffer.episode_start[0].all() and not rollout.buffer.episode_start[1:].any()
+    assert rollout.buffer.terminated[-1].all()  # the time limit is a true terminal
 
 
 def test_a_governor_panic_in_one_env_leaves_the_others_data_unchanged() -> None:
-    def poison_env0(rs: vec.RoundState, epoch: int) -> None:
+    def poison_env0(envs: menvs.MorphogeneticEnvs, epoch: int) -> None:
         if epoch == 2:
-            env = rs.envs[0]
+            env = envs.envs[0]
             original = env.train_batch
 
             def poisoned(x, y):
@@ -268,35 +279,38 @@ def test_a_governor_panic_in_one_env_leaves_the_others_data_unchanged() -> None:
 
             env.train_batch = poisoned
 
-    clean_setup, clean_learner = make_trainer(n_envs=2, max_epochs=4)
-    clean, _ = collect(clean_setup, clean_learner)
-    setup, learner = make_trainer(n_envs=2, max_epochs=4)
-    panicked, _ = collect(setup, learner, before_train=poison_env0)
+    clean_envs, clean_learner = make_trainer(n_envs=2, max_epochs=4)
+    clean, _ = collect(clean_envs, clean_learner)
+    envs, learner = make_trainer(n_envs=2, max_epochs=4)
+    panicked, _ = collect(envs, learner, before_train=poison_env0)
 
-    assert panicked.panics == 1
+    assert envs.panics == 1
     assert panicked.buffer.valid[:, 0].tolist() == [True, True, False, False]
     assert bool(panicked.buffer.terminated[1, 0])
-    assert float(panicked.buffer.rewards[1, 0]) <= -setup.reward.config.panic_penalty + 1.0
+    assert float(panicked.buffer.rewards[1, 0]) <= -envs.reward.config.panic_penalty + 1.0
     # Env 1 saw exactly what it saw without the panic next door. (The observation normalizer is
     # shared, so raw features are compared: they come from env 1's own signals.)
     for field in ("actions", "rewards", "terminated", "valid", "log_probs", "masks"):
         assert torch.equal(getattr(panicked.buffer, field)[:, 1], getattr(clean.buffer, field)[:, 1]), field
-    assert panicked.signals[1] == clean.signals[1]
+    assert envs.signals[1] == clean_envs.signals[1]
 
 
 def test_lstm_state_starts_at_zero_every_round() -> None:
-    setup, learner = make_trainer()
-    rs = vec.start_round(setup, learner, 2)
-    assert all((s == 0).all() for s in rs.lstm) and rs.episode_start.all()
-    vec.run_round(setup, learner)
-    rs = vec.start_round(setup, learner, 2)
-    assert all((s == 0).all() for s in rs.lstm) and rs.episode_start.all()
+    envs, learner = make_trainer()
+    rollout = loop.begin_rollout(learner, envs)
+    assert all((s == 0).all() for s in learner.lstm) and learner.episode_start.all()
+    assert all((s == 0).all() for s in rollout.buffer.initial_state)
+    menvs.run_round(envs, learner)
+    assert any((s != 0).any() for s in learner.lstm)  # the episodes moved it
+    rollout = loop.begin_rollout(learner, envs)
+    assert all((s == 0).all() for s in learner.lstm) and learner.episode_start.all()
+    assert all((s == 0).all() for s in rollout.buffer.initial_state)
 
 
 def test_a_round_updates_the_policy_and_counts_episodes() -> None:
-    setup, learner = make_trainer(n_envs=2, max_epochs=2)
+    envs, learner = make_trainer(n_envs=2, max_epochs=2)
     before = [p.clone() for p in learner.policy.parameters()]
-    row = vec.run_round(setup, learner)
+    row = menvs.run_round(envs, learner)
     assert learner.round == 1 and learner.episodes_done == 2 and learner.global_step == 4
     assert any(not torch.equal(a, b) for a, b in zip(before, learner.policy.parameters(), strict=True))
     assert all(math.isfinite(v) for v in row.values())
@@ -319,8 +333,8 @@ def test_a_round_updates_the_policy_and_counts_episodes() -> None:
 
 
 def test_learner_state_round_trips_exactly() -> None:
-    setup, learner = make_trainer(n_envs=2, max_epochs=2)
-    vec.run_round(setup, learner)
+    envs, learner = make_trainer(n_envs=2, max_epochs=2)
+    menvs.run_round(envs, learner)
     state = learner_state(learner)
     _, other = make_trainer(n_envs=2, max_epochs=2, rng_seed=5)
     load_learner_state(other, state)
@@ -333,23 +347,23 @@ def test_learner_state_round_trips_exactly() -> None:
 
 def test_trainer_config_checks_its_inputs() -> None:
     with pytest.raises(ValueError, match="n_envs must be >= 1, got 0"):
-        vec.TrainerConfig(episodes=4, n_envs=0)
-    assert vec.TrainerConfig(episodes=9, n_envs=4).total_rounds == 3
-    assert dataclasses.asdict(vec.TrainerConfig(episodes=1, n_envs=1))["reward"]["mode"] == "dense"
+        menvs.TrainerConfig(episodes=4, n_envs=0)
+    assert menvs.TrainerConfig(episodes=9, n_envs=4).total_rounds == 3
+    assert dataclasses.asdict(menvs.TrainerConfig(episodes=1, n_envs=1))["reward"]["mode"] == "dense"
 
 
 def test_envs_are_spread_round_robin_over_the_devices() -> None:
     devices = [torch.device("cuda", 0), torch.device("cuda", 1)]
-    assert vec.assign_devices(5, devices) == [devices[0], devices[1], devices[0], devices[1], devices[0]]
-    assert vec.assign_devices(2, [torch.device("cpu")]) == [torch.device("cpu")] * 2
+    assert menvs.assign_devices(5, devices) == [devices[0], devices[1], devices[0], devices[1], devices[0]]
+    assert menvs.assign_devices(2, [torch.device("cpu")]) == [torch.device("cpu")] * 2
     with pytest.raises(ValueError, match="at least one device"):
-        vec.assign_devices(2, [])
+        menvs.assign_devices(2, [])
 
 
 def test_advantages_are_normalised_over_the_whole_round() -> None:
     """Not per minibatch: a minibatch may be one env's episode, whose own mean would be erased."""
     from esper.simic.distributed import SINGLE_PROCESS
-    from esper.simic.ppo import advantage_statistics
+    from esper.simic.update import advantage_statistics
 
     buf = filled_buffer([5, 2, 4], [True, True, True])
     buf.compute_returns(torch.zeros(3), gamma=0.9, gae_lambda=0.95)

@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 from conftest import training_signals
 from esper.leyline import SeedStage, SlotSignals
 from esper.simic import RewardConfig, RewardFunction
+from esper.simic.morphogenetic_envs import TrainerConfig
 from esper.simic.rewards import STAGE_POTENTIAL, objective, potential
-from esper.simic.vectorized import TrainerConfig
 
 SLOTS = ("early", "mid", "late")
 HOST_PARAMS = 1000

@@ -9,7 +9,8 @@ import torch
 
 from conftest import make_env, tiny_shapes_data, tiny_shapes_task
 from esper.leyline import BlendSchedule, Decision, LifecycleOp, TrainingSignals
-from esper.simic import vectorized as vec
+from esper.simic import loop
+from esper.simic import morphogenetic_envs as menvs
 from esper.tamiyo import HeuristicConfig, HeuristicController
 from esper.tolaria import EnvConfig
 from esper.tolaria.datasets import ImageData
@@ -60,17 +61,14 @@ def test_a_garbage_test_split_changes_no_decision_of_the_heuristic() -> None:
 
 def ppo_round(data: ImageData) -> tuple[dict[str, float], dict[str, torch.Tensor], torch.Tensor]:
     task = dataclasses.replace(tiny_shapes_task(), load_data=lambda _: data)
-    config = vec.TrainerConfig(episodes=2, n_envs=2, rng_seed=1)
+    config = menvs.TrainerConfig(episodes=2, n_envs=2, rng_seed=1)
     env_config = EnvConfig(task, torch.device("cpu"), 4, ("early", "mid", "late"), max_germinations=6)
-    setup, learner = vec.build_trainer(config, env_config, data, [torch.device("cpu")], torch.device("cpu"))
-    rs = vec.start_round(setup, learner, 2)
-    while ids := rs.running_ids():
-        obs = vec.policy_inputs(setup, learner, rs, ids)
-        sample, values, decisions = vec.act(setup, learner, rs, ids, obs)
-        results = vec.train_epoch(setup, learner, rs, ids, decisions)
-        vec.reward_and_store(setup, rs, ids, obs, sample, values, decisions, results)
-    row = vec.finish_round(setup, learner, rs)
-    return row, learner.policy.state_dict(), rs.buffer.actions.clone()
+    envs, learner = menvs.build_trainer(config, env_config, data, [torch.device("cpu")], torch.device("cpu"))
+    rollout = loop.collect(learner, envs, config.ppo)
+    actions = rollout.buffer.actions.clone()
+    done = loop.update(learner, rollout, config.ppo)
+    learner.episodes_done += envs.n_envs
+    return envs.round_metrics(done), learner.policy.state_dict(), actions
 
 
 def test_a_garbage_test_split_changes_nothing_a_ppo_round_learns() -> None:
@@ -79,7 +77,7 @@ def test_a_garbage_test_split_changes_nothing_a_ppo_round_learns() -> None:
     garbage_row, garbage_policy, garbage_actions = ppo_round(with_garbage_test_split(data))
     assert torch.equal(actions, garbage_actions)
     assert all(torch.equal(policy[k], garbage_policy[k]) for k in policy)
-    reported = {"charts/final_test_accuracy", *vec.TIMING_METRICS}
+    reported = {"charts/final_test_accuracy", *menvs.TIMING_METRICS}
     assert {k: v for k, v in row.items() if k not in reported} == {
         k: v for k, v in garbage_row.items() if k not in reported
     }

@@ -45,13 +45,8 @@ from esper.simic.checkpoint import (
     save_checkpoint,
 )
 from esper.simic.distributed import SINGLE_PROCESS, DistContext, init_distributed
-from esper.simic.vectorized import (
-    Learner,
-    Setup,
-    TrainerConfig,
-    build_trainer,
-    run_round,
-)
+from esper.simic.loop import Learner
+from esper.simic.morphogenetic_envs import MorphogeneticEnvs, TrainerConfig, build_trainer, run_round
 from esper.tamiyo import PolicySpaces
 from esper.tolaria import DEFAULT_TASK, TASKS, EnvConfig, TaskSpec
 from esper.tolaria.datasets import TaskData
@@ -265,14 +260,14 @@ def resolve_run_dir(flag: str | None, task: TaskSpec, resume: dict | None, resum
 
 
 # --------------------------------------------------------------------------- running
-def build(run: PPORun, emit) -> tuple[Setup, Learner]:
+def build(run: PPORun, emit) -> tuple[MorphogeneticEnvs, Learner]:
     """Envs, spaces and learner of this rank; a resumed learner takes the checkpoint's state."""
-    setup, learner = build_trainer(
+    envs, learner = build_trainer(
         run.config, run.env, run.data, run.devices, run.policy_device, run.blueprints, run.ctx, emit
     )
     if run.resume is not None:
         load_learner_state(learner, run.resume["learner"], run.ctx)
-    return setup, learner
+    return envs, learner
 
 
 def envs_per_device(envs: list) -> str:
@@ -299,23 +294,23 @@ def run_ppo(run: PPORun) -> dict[str, Any]:
     quiet = run.quiet or not main_rank
     started = time.perf_counter()
     try:
-        setup, learner = build(run, hub.emit)
+        envs, learner = build(run, hub.emit)
         remaining = run.config.episodes - learner.episodes_done
         if main_rank:
-            print(start_line(run, setup, learner, remaining), flush=True)
+            print(start_line(run, envs, learner, remaining), flush=True)
         last_row: dict[str, float] = {}
         total = remaining * run.env.max_epochs
         with tqdm(total=total, unit="step", disable=quiet, file=sys.stderr, dynamic_ncols=True) as bar:
             while learner.episodes_done < run.config.episodes:
-                last_row = run_round(setup, learner, on_epoch=lambda n: bar.update(n * run.ctx.world_size))
-                record_round(run, setup, learner, last_row)
+                last_row = run_round(envs, learner, on_step=lambda n: bar.update(n * run.ctx.world_size))
+                record_round(run, envs, learner, last_row)
                 if not quiet:
                     tqdm.write(round_line(run, learner, last_row))
     finally:
         hub.close()
     if not main_rank:
         return {}
-    summary = run_summary(run, setup, learner, last_row, time.perf_counter() - started)
+    summary = run_summary(run, envs, learner, last_row, time.perf_counter() - started)
     write_json_atomic(run.run_dir / "summary.json", summary)
     print(
         f"done: {learner.round} rounds, {learner.episodes_done} episodes; last round return "
@@ -336,14 +331,14 @@ def prepare_run_dir(run: PPORun) -> None:
         metrics_path.write_text("".join(line + "\n" for line in kept))
 
 
-def record_round(run: PPORun, setup: Setup, learner: Learner, row: dict[str, float]) -> None:
+def record_round(run: PPORun, envs: MorphogeneticEnvs, learner: Learner, row: dict[str, float]) -> None:
     """Append the round's metrics and, every `--save-every` rounds and after the last, save a
     checkpoint. Building the checkpoint is a collective, so every rank calls this."""
     final = learner.episodes_done >= run.config.episodes
     save = learner.round % run.settings["save_every"] == 0 or final
     settings = {k: v for k, v in run.settings.items() if k in SETTINGS}
     payload = (
-        checkpoint_payload(learner, settings, run.config.to_json(), setup.spaces.signature(), run.run_dir, run.ctx)
+        checkpoint_payload(learner, settings, run.config.to_json(), envs.spaces.signature(), run.run_dir, run.ctx)
         if save
         else None
     )
@@ -355,15 +350,15 @@ def record_round(run: PPORun, setup: Setup, learner: Learner, row: dict[str, flo
         save_checkpoint(checkpoint_path(run.run_dir, learner.round), payload)
 
 
-def start_line(run: PPORun, setup: Setup, learner: Learner, remaining: int) -> str:
+def start_line(run: PPORun, envs: MorphogeneticEnvs, learner: Learner, remaining: int) -> str:
     ranks = f" per rank x {run.ctx.world_size} ranks" if run.ctx.enabled else ""
     resumed = f", resumed from {run.resume_path} (round {learner.round})" if run.resume_path else ""
     return (
         f"esper ppo: task {run.task.name}, {remaining} episode(s) to go of {run.config.episodes}, "
         f"{run.config.n_envs} envs{ranks} x {run.env.max_epochs} epochs, "
         f"slots {' '.join(run.env.enabled_slots)}, reward {run.config.reward.mode}, "
-        f"obs_dim {setup.spaces.layout.obs_dim}, heads {list(setup.spaces.actions.head_sizes)}, "
-        f"envs {envs_per_device(setup.envs)}, policy on {run.policy_device}, run dir {run.run_dir}{resumed}"
+        f"obs_dim {envs.spaces.layout.obs_dim}, heads {list(envs.spaces.actions.head_sizes)}, "
+        f"envs {envs_per_device(envs.all_envs)}, policy on {run.policy_device}, run dir {run.run_dir}{resumed}"
     )
 
 
@@ -378,14 +373,14 @@ def round_line(run: PPORun, learner: Learner, row: dict[str, float]) -> str:
 
 
 def run_summary(
-    run: PPORun, setup: Setup, learner: Learner, last_row: dict[str, float], seconds: float
+    run: PPORun, envs: MorphogeneticEnvs, learner: Learner, last_row: dict[str, float], seconds: float
 ) -> dict[str, Any]:
     return {
         "task": run.task.name,
         "controller": "ppo",
-        "obs_dim": setup.spaces.layout.obs_dim,
-        "action_heads": setup.spaces.signature()["action_heads"],
-        "observation_layout": list(setup.spaces.layout.feature_names()),
+        "obs_dim": envs.spaces.layout.obs_dim,
+        "action_heads": envs.spaces.signature()["action_heads"],
+        "observation_layout": list(envs.spaces.layout.feature_names()),
         "splits": run.data.split_sizes(),
         "final_test_accuracy": last_row["charts/final_test_accuracy"],
         "final_val_accuracy": last_row["charts/final_val_accuracy"],

@@ -1,10 +1,15 @@
-"""Simic: learning the controller. Rewards, the rollout buffer, GAE, the PPO loss and update,
-the vectorized trainer that steps many morphogenetic envs together, and checkpoints (one module
-owns their schema, the learner state they hold, and the checks a resume needs).
+"""Simic: learning the controller with PPO.
 
-The PPO core (`buffer`, `advantages`, `loss`, `ppo`, `normalizer`) knows nothing
-of hosts or seeds: the same code trains on any environment with a discrete or multi-discrete
-action space (see `esper.simic.gym`).
+- The core knows nothing of hosts or seeds: `buffer` (rollout steps and minibatches of whole
+  sequences), `advantages` (GAE), `loss` (the clipped objective on named inputs), `update` (the
+  PPO update), `normalizer` (running observation statistics), `distributed` (policy data
+  parallelism under `torchrun`).
+- `loop` is the one collect/update loop; envs plug into it: `morphogenetic_envs` (the
+  morphogenetic envs in lockstep, with `rewards`) and `gymnasium_envs` (any Gymnasium vector env
+  with a discrete or multi-discrete action space).
+- `checkpoint` owns checkpoints (schema, learner state, resume checks); `controller` lets a
+  trained policy drive a single env; `gymnasium_adapter` wraps the morphogenetic env as a
+  Gymnasium env for other libraries.
 """
 
 from esper.simic.advantages import compute_gae
@@ -13,8 +18,8 @@ from esper.simic.checkpoint import CheckpointError, load_checkpoint, save_checkp
 from esper.simic.controller import PolicyController
 from esper.simic.loss import PPOLossConfig, PPOLossOutput, ppo_loss
 from esper.simic.normalizer import RunningMeanStd
-from esper.simic.ppo import PPOConfig, UpdateStats, ppo_update
 from esper.simic.rewards import REWARD_MODES, RewardBreakdown, RewardConfig, RewardFunction
+from esper.simic.update import PPOConfig, UpdateStats, ppo_update
 
 __all__ = [
     "REWARD_MODES",

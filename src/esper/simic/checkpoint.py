@@ -21,7 +21,7 @@ import torch
 
 from esper.karn import write_atomic
 from esper.simic.distributed import SINGLE_PROCESS, DistContext
-from esper.simic.vectorized import Learner
+from esper.simic.loop import Learner
 
 CHECKPOINT_FORMAT = 2
 """2: the reward is the dense form of the stated objective (issue 8); a format-1 checkpoint's

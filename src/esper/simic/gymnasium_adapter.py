@@ -1,6 +1,6 @@
 """The single morphogenetic environment as a Gymnasium env, so any RL library can drive it.
 
-Why: Esper's own trainer (`esper.simic.vectorized`) steps many envs in lockstep on shared
+Why: Esper's own trainer (`esper.simic.morphogenetic_envs`) steps many envs in lockstep on shared
 batches; other libraries expect the standard `reset`/`step` interface. This adapter wraps one
 `MorphogeneticEnv` and keeps the trainer's semantics:
 

@@ -1,0 +1,244 @@
+"""Morphogenetic envs in the PPO loop: one whole episode per env and round, stepped in lockstep.
+
+A round resets its envs on the next episode indices (rank r of a `torchrun` job takes the r-th
+block, so ranks run distinct episodes and seeds). Each step, every env still in its episode
+executes its decision; then one shared data iteration feeds each batch to every env before the
+next is drawn; then every env validates (with its counterfactuals), lets its governor judge and
+ticks its lifecycles. The reward is that of (state, next state) (`esper.simic.rewards`).
+
+Episode ends: the time limit is a true terminal. The episode is a whole host training run, the
+epoch fraction is in the observation, and nothing follows the last epoch, so the return does not
+bootstrap past it. A governor panic rolls the env back and ends its episode, also as a terminal,
+with a penalty that stays in its own segment of the buffer; other envs go on untouched.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from esper.leyline import Decision, LifecycleOp, TrainingSignals
+from esper.simic.distributed import SINGLE_PROCESS, DistContext
+from esper.simic.loop import EnvStep, Learner, RoundUpdate, collect, common_metrics, make_learner, update
+from esper.simic.rewards import RewardBreakdown, RewardConfig, RewardFunction
+from esper.simic.update import PPOConfig
+from esper.tamiyo import HEADS, FactoredMasks, PolicySpaces
+from esper.tolaria.datasets import TaskData
+from esper.tolaria.environment import EnvConfig, MorphogeneticEnv, StepResult
+
+
+@dataclass(frozen=True)
+class TrainerConfig:
+    """Everything that decides what a PPO run learns (saved in every checkpoint)."""
+
+    episodes: int
+    """Total episodes of the run, counting those done before a resume."""
+    n_envs: int
+    rng_seed: int = 0
+    hidden: int = 128
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    ppo: PPOConfig = field(default_factory=lambda: PPOConfig(gamma=1.0))
+    """gamma 1: an episode is one finite host training run with time in the observation, so
+    the undiscounted return is the objective itself (`esper.simic.rewards`)."""
+
+    def __post_init__(self) -> None:
+        if self.episodes < 1:
+            raise ValueError(f"episodes must be >= 1, got {self.episodes}")
+        if self.n_envs < 1:
+            raise ValueError(f"n_envs must be >= 1, got {self.n_envs}")
+        RewardFunction(self.reward, self.ppo.gamma)  # a gamma mismatch is a ValueError here
+
+    @property
+    def total_rounds(self) -> int:
+        return math.ceil(self.episodes / self.n_envs)
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def assign_devices(n_envs: int, devices: Sequence[torch.device]) -> list[torch.device]:
+    """Env i runs on devices[i % len(devices)] (round-robin)."""
+    if not devices:
+        raise ValueError("at least one device is needed")
+    return [devices[i % len(devices)] for i in range(n_envs)]
+
+
+class MorphogeneticEnvs:
+    """This rank's envs, as `RolloutEnvs` for the loop, and what a round of them reports."""
+
+    def __init__(
+        self,
+        config: TrainerConfig,
+        envs: list[MorphogeneticEnv],
+        spaces: PolicySpaces,
+        learner: Learner,
+        ctx: DistContext = SINGLE_PROCESS,
+    ) -> None:
+        """`learner` supplies the shared data order and the count of episodes done (which
+        episodes, and so which RNG seeds, come next)."""
+        self.config, self.all_envs, self.spaces, self.learner, self.ctx = config, envs, spaces, learner, ctx
+        self.reward = RewardFunction(config.reward, config.ppo.gamma)
+        self.data: TaskData = envs[0].passes.data
+        self.max_round_steps = envs[0].config.max_epochs
+        self.envs: list[MorphogeneticEnv] = []
+
+    @property
+    def n_envs(self) -> int:
+        return len(self.envs)
+
+    # ----------------------------------------------------------------- RolloutEnvs
+    def begin_round(self) -> torch.Tensor:
+        """The next episodes: every rank runs as many envs (so their updates run the same
+        collectives), so a last partial round may run up to `world_size - 1` episodes more."""
+        remaining = self.config.episodes - self.learner.episodes_done
+        n = min(self.config.n_envs, math.ceil(remaining / self.ctx.world_size))
+        self.envs = self.all_envs[:n]
+        first = self.learner.episodes_done + self.ctx.rank * n
+        self.episodes = list(range(first, first + n))
+        self.signals: list[TrainingSignals] = [
+            env.reset(self.config.rng_seed + ep, ep) for env, ep in zip(self.envs, self.episodes, strict=True)
+        ]
+        self.running = [True] * n
+        self.returns = [0.0] * n
+        self.reward_parts: list[RewardBreakdown] = []
+        self.ops: list[int] = []
+        self.panics = 0
+        return torch.ones(n, dtype=torch.bool)
+
+    def acting(self) -> list[int]:
+        return [i for i, running in enumerate(self.running) if running]
+
+    def observe(self, ids: list[int]) -> torch.Tensor:
+        return torch.stack([self.spaces.layout.featurize(self.signals[i]) for i in ids])
+
+    def masks(self, ids: list[int]) -> FactoredMasks:
+        firsts, conditionals = [], []
+        for i in ids:
+            first, conditional = self.spaces.actions.conditional_masks(self.signals[i], self.envs[i].config.thresholds)
+            firsts.append(first)
+            conditionals.append(conditional)
+        device = self.learner.device
+        return FactoredMasks(
+            first=torch.stack(firsts).to(device),
+            conditional=tuple(torch.stack(heads).to(device) for heads in zip(*conditionals, strict=True)),
+            head_active=self.spaces.actions.head_active_table().to(device),
+        )
+
+    def step(self, ids: list[int], actions: torch.Tensor) -> EnvStep:
+        decisions = [self.spaces.actions.decode(*row) for row in actions.tolist()]
+        results = self.train_epoch(ids, decisions)
+        rewards, terminated = [], []
+        for i, decision, result in zip(ids, decisions, results, strict=True):
+            panic = result.panic is not None
+            parts = self.reward(self.signals[i], result.signals, terminal=result.done, panic=panic)
+            rewards.append(parts.total)
+            terminated.append(result.done)
+            self.returns[i] += parts.total
+            self.reward_parts.append(parts)
+            self.ops.append(int(decision.op))
+            self.panics += panic
+            self.signals[i] = result.signals
+            self.running[i] = not result.done
+        return EnvStep(torch.tensor(rewards), torch.tensor(terminated), torch.zeros(len(ids), dtype=torch.bool))
+
+    def train_epoch(self, ids: list[int], decisions: list[Decision]) -> list[StepResult]:
+        """Every env in `ids` executes its decision and trains one epoch on the same shared batches."""
+        envs = [self.envs[i] for i in ids]
+        for env, decision in zip(envs, decisions, strict=True):
+            env.begin_step(decision)
+        try:
+            batch_size = envs[0].config.task.batch_size
+            for x, y in self.data.train_batches(batch_size, self.learner.data_generator):
+                for env in envs:
+                    env.train_batch(x, y)  # each env moves the batch to its device, on its own stream
+        except BaseException:
+            for env in envs:
+                env.abort_step()
+            raise
+        return [env.end_step() for env in envs]
+
+    # ----------------------------------------------------------------- reports
+    def round_metrics(self, done: RoundUpdate) -> dict[str, float]:
+        """The round's row, reduced over ranks. Each env's test accuracy is measured here, after
+        its episode, outside anything the policy sees or is rewarded for."""
+        n = self.n_envs
+        test_accuracy = [env.evaluate_test().accuracy for env in self.envs]
+        row = common_metrics(self.learner, done, HEADS)
+        row.update(
+            {
+                "episodes": self.learner.episodes_done,
+                "charts/episodic_return": sum(self.returns) / n,
+                "charts/episodic_length": done.steps / n,
+                "charts/final_test_accuracy": sum(test_accuracy) / n,
+                "charts/final_val_accuracy": sum(s.val_accuracy for s in self.signals) / n,
+                "charts/seed_param_share": sum(s.seed_param_share for s in self.signals) / n,
+                "charts/seeds_germinated": sum(s.seeds_germinated for s in self.signals) / n,
+                "charts/fossilized_seeds": sum(_fossilized(env) for env in self.envs) / n,
+                "charts/panics": float(self.panics),
+            }
+        )
+        for op in LifecycleOp:
+            row[f"charts/op_{op.name.lower()}"] = sum(o == int(op) for o in self.ops) / max(len(self.ops), 1)
+        for part in dataclasses.fields(RewardBreakdown):
+            row[f"rewards/{part.name}"] = sum(getattr(p, part.name) for p in self.reward_parts) / n
+        return reduce_metrics(self.ctx, row)
+
+
+def _fossilized(env: MorphogeneticEnv) -> int:
+    return sum(r.final_stage == "FOSSILIZED" for r in env.seeds.records)
+
+
+SUMMED_METRICS: tuple[str, ...] = ("charts/panics", "charts/SPS")
+"""Metrics added over ranks; the others are averaged (counters are already global)."""
+GLOBAL_METRICS: tuple[str, ...] = ("round", "episodes", "global_step")
+TIMING_METRICS: tuple[str, ...] = ("charts/SPS", "time/round_seconds")
+"""Wall-clock metrics: the only ones that differ between a run and its exact resume."""
+
+
+def reduce_metrics(ctx: DistContext, row: dict[str, float]) -> dict[str, float]:
+    """The round's metrics over every rank (one all-reduce; the same on every rank)."""
+    if not ctx.enabled:
+        return row
+    keys = [k for k in row if k not in GLOBAL_METRICS]
+    total = ctx.all_reduce_sum(torch.tensor([row[k] for k in keys], dtype=torch.float64, device=ctx.device)).cpu()
+    reduced = dict(row)
+    for key, value in zip(keys, total.tolist(), strict=True):
+        reduced[key] = value if key in SUMMED_METRICS else value / ctx.world_size
+    return reduced
+
+
+def build_trainer(
+    config: TrainerConfig,
+    env_config: EnvConfig,
+    data: TaskData,
+    devices: Sequence[torch.device],
+    policy_device: torch.device,
+    blueprints: tuple[str, ...] | None = None,
+    ctx: DistContext = SINGLE_PROCESS,
+    emit=None,
+) -> tuple[MorphogeneticEnvs, Learner]:
+    """A fresh run: this rank's envs spread round-robin over `devices` (each ending its episode at
+    a governor panic), the spaces derived from the task, and a learner. Episode `e` trains with
+    RNG seed `config.rng_seed + e` on whichever rank runs it."""
+    task = env_config.task
+    spaces = PolicySpaces.derive(task.topology, task.slot_names, blueprints)
+    panics_end = dataclasses.replace(env_config, end_episode_on_panic=True)
+    envs = [
+        MorphogeneticEnv(dataclasses.replace(panics_end, device=device), data, emit)
+        for device in assign_devices(config.n_envs, devices)
+    ]
+    learner = make_learner(spaces, config.hidden, config.ppo.learning_rate, config.rng_seed, policy_device, ctx)
+    return MorphogeneticEnvs(config, envs, spaces, learner, ctx), learner
+
+
+def run_round(envs: MorphogeneticEnvs, learner: Learner, on_step: Callable[[int], None] | None = None) -> dict:
+    """Collect one episode per env (fewer in a last, partial round), update the policy, and
+    return the round's metrics."""
+    rollout = collect(learner, envs, envs.config.ppo, on_step)
+    done = update(learner, rollout, envs.config.ppo, envs.ctx)
+    learner.episodes_done += envs.n_envs * envs.ctx.world_size
+    return envs.round_metrics(done)
