@@ -53,7 +53,7 @@ def main() -> int:
         str(args.n_envs),
         "--max-epochs",
         str(args.max_epochs),
-        "--reward-mode",
+        "--reward.mode",
         args.reward_mode,
         "--seed",
         str(args.seed),

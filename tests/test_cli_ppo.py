@@ -88,7 +88,11 @@ def test_resume_from_an_older_round_refuses_to_overwrite_later_checkpoints(
     ("argv", "fragments"),
     [
         (["--n-envs", "0"], ("--n-envs must be >= 1, got 0",)),
-        (["--reward-mode", "contribution"], ("unknown reward mode 'contribution'", "dense sparse")),
+        (["--reward.mode", "contribution"], ("unknown reward mode 'contribution'", "dense sparse")),
+        (["--ppo.learnin_rate", "1e-4"], ("--ppo.learnin_rate", "groups: ppo reward gates governor host")),
+        (["--ppo.learning_rate", "fast"], ("ppo.learning_rate", "fast")),
+        (["--gates.blend_epochs", "0"], ("blend_epochs must be >= 1", "0")),
+        (["--reward.gamma", "0.9"], ("shaping gamma (0.9) must equal the PPO gamma (1.0)",)),
         (["--episodes", "0"], ("--episodes must be >= 1, got 0",)),
         (["--save-every", "0"], ("--save-every must be >= 1, got 0",)),
         (["--task", "imagenet"], ("unknown task 'imagenet'",)),
@@ -160,3 +164,57 @@ def test_a_checkpoint_of_an_older_format_is_refused_in_one_line(
     old = tmp_path / "old.pt"
     torch.save({"format": 1, "trainer": {"reward": {"mode": "contribution", "rent_weight": 0.5}}}, old)
     check_usage_error(capsys, ["ppo", "--resume", str(old)], "old.pt", "format 1", "format 2")
+
+
+def test_knobs_come_from_a_config_file_and_flags_win(tiny_tasks, workdir: Path, tmp_path: Path) -> None:
+    """Settings and knobs from a TOML file; a flag overrides the file; the run directory and the
+    checkpoint record the resolved tree, and a resume keeps it."""
+    config = tmp_path / "run.toml"
+    config.write_text(
+        "episodes = 2\nn_envs = 2\nmax_epochs = 2\n[ppo]\nlearning_rate = 0.001\nclip_coef = 0.1\n"
+        "[gates]\nblend_epochs = 2\n[host]\nhost_lr = 0.01\n"
+    )
+    run_dir = tmp_path / "run"
+    argv = ["ppo", "--config", str(config), "--ppo.clip_coef", "0.3", "--quiet", "--run-dir", str(run_dir)]
+    assert main(argv) == 0
+    resolved = json.loads((run_dir / "config.json").read_text())
+    assert resolved["settings"]["episodes"] == 2 and resolved["settings"]["n_envs"] == 2
+    assert resolved["knobs"]["ppo"]["learning_rate"] == 0.001 and resolved["knobs"]["ppo"]["clip_coef"] == 0.3
+    assert resolved["knobs"]["gates"]["blend_epochs"] == 2 and resolved["knobs"]["host"]["host_lr"] == 0.01
+    assert resolved["command_line"] and resolved["esper"]
+    checkpoint = torch.load(run_dir / "checkpoints" / "round-0001.pt", weights_only=True)
+    assert checkpoint["knobs"]["ppo"]["clip_coef"] == 0.3 and checkpoint["trainer"]["ppo"]["learning_rate"] == 0.001
+    assert main(["ppo", "--resume", str(run_dir / "checkpoints" / "round-0001.pt"), "--episodes", "4", "--quiet"]) == 0
+    resumed = json.loads((run_dir / "config.json").read_text())
+    assert resumed["knobs"] == resolved["knobs"] and resumed["settings"]["episodes"] == 4
+
+
+@pytest.mark.parametrize(
+    ("text", "fragments"),
+    [
+        ("[ppo]\nbogus = 1\n", ("unknown key 'ppo.bogus'", "valid keys of [ppo]: gamma", "learning_rate")),
+        ("bogus = 1\n", ("unknown key 'bogus'", "episodes", "[reward]")),
+        ("ppo = 3\n", ("'ppo' is a group of knobs",)),
+        ("[ppo\n", ("is not valid TOML",)),
+    ],
+)
+def test_a_bad_config_file_is_one_line(text, fragments, tiny_tasks, workdir: Path, tmp_path: Path, capsys) -> None:
+    config = tmp_path / "run.toml"
+    config.write_text(text)
+    check_usage_error(capsys, ["ppo", "--config", str(config), "--run-dir", str(tmp_path / "run")], *fragments)
+    assert not (tmp_path / "run").exists()
+
+
+def test_help_lists_the_knobs(capsys) -> None:
+    with pytest.raises(SystemExit):
+        main(["ppo", "--help"])
+    text = capsys.readouterr().out
+    for flag in (
+        "--ppo.learning_rate",
+        "--ppo.clip_coef",
+        "--reward.param_price",
+        "--reward.mode",
+        "--gates.blend_epochs",
+    ):
+        assert flag in text
+    assert "--host.host_lr" in text and "Peak learning rate of the host" in " ".join(text.split())  # docstrings

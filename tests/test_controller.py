@@ -55,9 +55,10 @@ def tiny_shapes(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_a_trained_policy_loads_from_its_checkpoint_and_drives_an_env(tiny_shapes, workdir: Path, tmp_path) -> None:
     run_dir = tmp_path / "run"
     argv = ["ppo", "--episodes", "2", "--n-envs", "2", "--max-epochs", "2", "--quiet", "--run-dir", str(run_dir)]
-    assert main(argv) == 0
+    assert main([*argv, "--gates.embargo_epochs", "3"]) == 0
     checkpoint = run_dir / "checkpoints" / "round-0001.pt"
     controller = PolicyController.from_checkpoint(checkpoint)
+    assert controller.thresholds.embargo_epochs == 3  # the run's own gates shape its masks
     payload = read_checkpoint(checkpoint)
     for name, tensor in controller.policy.state_dict().items():
         assert torch.equal(tensor, payload["learner"]["policy"][name])

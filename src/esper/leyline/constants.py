@@ -32,8 +32,10 @@ def gradient_is_healthy(grad_norm: float | None) -> bool:
 
 @dataclass(frozen=True)
 class GateThresholds:
-    """The conditions of gates G0..G5. Every gate reads explicit inputs (stage, epochs in stage,
-    alpha, counterfactual contribution, gradient norm); none reads telemetry.
+    """The conditions of the lifecycle gates G0..G5 and of the automatic culls.
+
+    Every gate reads explicit inputs (stage, epochs in stage, alpha, counterfactual contribution,
+    gradient norm); none reads telemetry.
 
     G0 germinate       DORMANT -> GERMINATED   slot empty; blueprint valid for the host (checked by
                                               the model, which owns the blueprints).

@@ -9,11 +9,11 @@ observation layout or action space differs from what those settings build is ref
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,7 +34,16 @@ from esper.scripts.common import (
     resolve_slots,
     resolve_task,
 )
-from esper.simic import REWARD_MODES, CheckpointError, PPOConfig, RewardConfig
+from esper.scripts.config import (
+    PPO_GROUPS,
+    config_file,
+    jsonable,
+    knobs_help,
+    merge_settings,
+    parse_knobs,
+    resolved_config,
+)
+from esper.simic import CheckpointError
 from esper.simic.checkpoint import (
     check_resumable,
     checkpoint_path,
@@ -52,7 +61,7 @@ from esper.tolaria import DEFAULT_TASK, TASKS, EnvConfig, TaskSpec
 from esper.tolaria.datasets import TaskData
 from esper.tolaria.training import PRECISIONS
 
-RUN_FILES = ("metrics.jsonl", "summary.json", "events.jsonl", "checkpoints")
+RUN_FILES = ("metrics.jsonl", "summary.json", "events.jsonl", "checkpoints", "config.json")
 MAX_RNG_SEED = 2**62
 
 DEFAULTS: dict[str, Any] = {
@@ -63,7 +72,7 @@ DEFAULTS: dict[str, Any] = {
     "slots": None,  # all of the host's
     "max_germinations": 6,
     "blueprints": None,  # all of the topology's
-    "reward_mode": "dense",
+    "hidden": 128,
     "device": "cpu",
     "devices": None,  # --device
     "seed": 0,
@@ -73,14 +82,20 @@ DEFAULTS: dict[str, Any] = {
     "compile": False,
 }
 """Settings of a new run, as given (None: derived from the task). A resumed run takes them from
-its checkpoint instead, so a default stays a default if the task changes."""
+its checkpoint instead, so a default stays a default if the task changes; a config file's
+top-level keys may set them too."""
 
 SETTINGS = tuple(DEFAULTS)
 
 
 def add_ppo_parser(sub: argparse._SubParsersAction) -> None:
     """Every option defaults to None, so a resumed run can tell which ones were given."""
-    p = sub.add_parser("ppo", help="learn a controller with PPO over vectorized envs")
+    p = sub.add_parser(
+        "ppo",
+        help="learn a controller with PPO over vectorized envs",
+        epilog=knobs_help(PPO_GROUPS),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--task", help=f"one of: {', '.join(TASKS)} (default {DEFAULTS['task']})")
     p.add_argument("--episodes", type=int, help="total episodes of the run, counting resumed ones (default 8)")
     p.add_argument("--n-envs", type=int, help="envs stepped together; one round = one episode each (default 4)")
@@ -88,7 +103,7 @@ def add_ppo_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--slots", nargs="+", help="slots the policy may use (default: all of the host's)")
     p.add_argument("--max-germinations", type=int, help="most germinations per episode (default 6)")
     p.add_argument("--blueprints", nargs="+", help="blueprints the policy may choose (default: all)")
-    p.add_argument("--reward-mode", help=f"one of: {', '.join(REWARD_MODES)} (default dense)")
+    p.add_argument("--hidden", type=int, help="width of the policy's layers and LSTM (default 128)")
     p.add_argument("--device", help="device of the policy, and of the envs unless --devices (default cpu)")
     p.add_argument("--devices", nargs="+", help="devices the envs are spread over, round-robin")
     p.add_argument("--seed", type=int, help="random seed of the run; episode e trains with seed S + e (default 0)")
@@ -100,7 +115,8 @@ def add_ppo_parser(sub: argparse._SubParsersAction) -> None:
         help="torch.compile each host's training forward (recompiles when a seed changes the graph)",
     )
     p.add_argument("--save-every", type=int, help="write a checkpoint every R rounds, and after the last (default 1)")
-    p.add_argument("--resume", help="continue from this checkpoint (settings come from it unless given)")
+    p.add_argument("--resume", help="continue from this checkpoint (settings and knobs come from it unless given)")
+    p.add_argument("--config", help="a TOML, YAML or JSON file of settings and [group] tables of knobs")
     p.add_argument("--data-dir", help="folder of a real dataset (cifar10, textfile); else $ESPER_DATA_DIR")
     p.add_argument("--run-dir", help="where the run is written (default runs/<time>-ppo-<task>; on resume, its own)")
     p.add_argument("--quiet", action="store_true", help="no progress bar or per-round lines")
@@ -116,6 +132,7 @@ class PPORun:
     policy_device: torch.device
     config: TrainerConfig
     blueprints: tuple[str, ...]
+    knobs: dict[str, Any]
     run_dir: Path
     resume: dict[str, Any] | None
     resume_path: Path | None
@@ -125,13 +142,15 @@ class PPORun:
 
 
 # --------------------------------------------------------------------------- resolving arguments
-def resolve_ppo(args: argparse.Namespace, ctx: DistContext = SINGLE_PROCESS) -> PPORun:
-    """Validate every argument (and the checkpoint) before anything is written."""
+def resolve_ppo(args: argparse.Namespace, rest: Sequence[str] = (), ctx: DistContext = SINGLE_PROCESS) -> PPORun:
+    """Validate every setting, knob (and the checkpoint) before anything is written."""
     resume_path = Path(args.resume) if args.resume is not None else None
     resume = read_resume(resume_path) if resume_path is not None else None
-    given = {k: getattr(args, k) for k in SETTINGS if getattr(args, k) is not None}
-    settings = {**DEFAULTS, **(resume["settings"] if resume else {}), **given}
-    task = resolve_task(settings["task"])
+    file_settings, file_knobs = config_file(args, DEFAULTS, PPO_GROUPS)
+    settings = merge_settings(DEFAULTS, resume["settings"] if resume else {}, file_settings, args=args)
+    saved_knobs = resume["knobs"] if resume else {}
+    knobs = parse_knobs(PPO_GROUPS, rest, {g: {**saved_knobs.get(g, {}), **file_knobs.get(g, {})} for g in PPO_GROUPS})
+    task = knobs["host"].apply(resolve_task(settings["task"]))
     check_counts(settings)
     max_epochs = settings["max_epochs"] or task.max_epochs
     check_minimum("--max-epochs", max_epochs, 1)
@@ -139,7 +158,17 @@ def resolve_ppo(args: argparse.Namespace, ctx: DistContext = SINGLE_PROCESS) -> 
     amp = resolve_amp(settings["amp"], devices)
     slots = resolve_slots(task, settings["slots"])
     blueprints = resolve_blueprints(task, settings["blueprints"], blueprint_names(task.topology))
-    config = trainer_config(settings, resume)
+    try:
+        config = TrainerConfig(
+            settings["episodes"],
+            settings["n_envs"],
+            settings["seed"],
+            settings["hidden"],
+            knobs["reward"],
+            knobs["ppo"],
+        )
+    except ValueError as exc:  # the reward's gamma must be PPO's
+        raise UsageError(str(exc)) from None
     if resume is not None:
         spaces = PolicySpaces.derive(task.topology, task.slot_names, blueprints).signature()
         try:
@@ -156,6 +185,9 @@ def resolve_ppo(args: argparse.Namespace, ctx: DistContext = SINGLE_PROCESS) -> 
         max_germinations=settings["max_germinations"],
         amp=amp,
         compile_backend="inductor" if settings["compile"] else None,
+        thresholds=knobs["gates"],
+        governor=knobs["governor"],
+        host_width=knobs["host"].width,
     )
     return PPORun(
         settings,
@@ -166,6 +198,7 @@ def resolve_ppo(args: argparse.Namespace, ctx: DistContext = SINGLE_PROCESS) -> 
         policy_device,
         config,
         blueprints,
+        knobs,
         run_dir,
         resume,
         resume_path,
@@ -189,8 +222,7 @@ def check_counts(settings: dict[str, Any]) -> None:
         raise UsageError(f"--seed must be < {MAX_RNG_SEED - settings['episodes']}, got {settings['seed']}")
     check_minimum("--max-germinations", settings["max_germinations"], 0)
     check_minimum("--save-every", settings["save_every"], 1)
-    if settings["reward_mode"] not in REWARD_MODES:
-        raise UsageError(f"unknown reward mode {settings['reward_mode']!r}; choose from: {' '.join(REWARD_MODES)}")
+    check_minimum("--hidden", settings["hidden"], 1)
 
 
 def resolve_devices(settings: dict[str, Any], ctx: DistContext) -> tuple[torch.device, list[torch.device]]:
@@ -218,26 +250,6 @@ def resolve_amp(amp: str | None, devices: list[torch.device]) -> str | None:
             f"--amp {amp} is for CUDA hosts; the envs would run on {' '.join(not_cuda)} (drop --amp or use CUDA)"
         )
     return amp
-
-
-def trainer_config(settings: dict[str, Any], resume: dict[str, Any] | None) -> TrainerConfig:
-    """A new run takes today's defaults; a resumed one its saved hyperparameters (so it
-    continues the same run), with the reward mode as given."""
-    config = TrainerConfig(
-        episodes=settings["episodes"],
-        n_envs=settings["n_envs"],
-        rng_seed=settings["seed"],
-        reward=RewardConfig(mode=settings["reward_mode"]),
-    )
-    if resume is None:
-        return config
-    saved = resume["trainer"]
-    return dataclasses.replace(
-        config,
-        hidden=int(saved["hidden"]),
-        reward=RewardConfig(**{**saved["reward"], "mode": settings["reward_mode"]}),
-        ppo=PPOConfig(**saved["ppo"]),
-    )
 
 
 def resolve_run_dir(flag: str | None, task: TaskSpec, resume: dict | None, resume_path: Path | None) -> Path:
@@ -325,6 +337,7 @@ def run_ppo(run: PPORun) -> dict[str, Any]:
 def prepare_run_dir(run: PPORun) -> None:
     """Create the run directory; a resumed run drops the metrics rows after its checkpoint."""
     run.run_dir.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(run.run_dir / "config.json", resolved_config(run.settings, run.knobs))
     if run.resume is not None:
         metrics_path = run.run_dir / "metrics.jsonl"
         kept = metrics_rows_before(metrics_path, int(run.resume["learner"]["round"]))
@@ -338,7 +351,15 @@ def record_round(run: PPORun, envs: MorphogeneticEnvs, learner: Learner, row: di
     save = learner.round % run.settings["save_every"] == 0 or final
     settings = {k: v for k, v in run.settings.items() if k in SETTINGS}
     payload = (
-        checkpoint_payload(learner, settings, run.config.to_json(), envs.spaces.signature(), run.run_dir, run.ctx)
+        checkpoint_payload(
+            learner,
+            settings,
+            run.config.to_json(),
+            jsonable(run.knobs),
+            envs.spaces.signature(),
+            run.run_dir,
+            run.ctx,
+        )
         if save
         else None
     )
@@ -400,6 +421,7 @@ def run_summary(
             "policy_device": str(run.policy_device),
         },
         "trainer": run.config.to_json(),
+        "knobs": jsonable(run.knobs),
         "torch": torch.__version__,
     }
 
@@ -416,4 +438,4 @@ def distributed_context(args: argparse.Namespace) -> DistContext:
     return init_distributed(device)
 
 
-__all__ = ["DEFAULTS", "PPOConfig", "add_ppo_parser", "distributed_context", "resolve_ppo", "run_ppo"]
+__all__ = ["DEFAULTS", "add_ppo_parser", "distributed_context", "resolve_ppo", "run_ppo"]

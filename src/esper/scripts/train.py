@@ -13,6 +13,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -30,9 +31,17 @@ from esper.scripts.common import (
     resolve_slots,
     resolve_task,
 )
+from esper.scripts.config import (
+    HEURISTIC_GROUPS,
+    config_file,
+    knobs_help,
+    merge_settings,
+    parse_knobs,
+    resolved_config,
+)
 from esper.scripts.ppo import add_ppo_parser, distributed_context, resolve_ppo, run_ppo
 from esper.simic.distributed import SINGLE_PROCESS, shutdown_distributed
-from esper.tamiyo import PREFERRED_BLUEPRINTS, HeuristicController
+from esper.tamiyo import PREFERRED_BLUEPRINTS, HeuristicConfig, HeuristicController
 from esper.tolaria import (
     DEFAULT_TASK,
     TASKS,
@@ -45,31 +54,46 @@ from esper.tolaria.episode import run_episode
 
 DEFAULT_MAX_GERMINATIONS = 6
 MAX_RNG_SEED = 2**63 - 1
-RUN_FILES = ("summary.json", "events.jsonl")
+RUN_FILES = ("summary.json", "events.jsonl", "config.json")
+
+
+HEURISTIC_DEFAULTS: dict[str, Any] = {
+    "task": DEFAULT_TASK,
+    "episodes": 1,
+    "max_epochs": None,  # the task's
+    "slots": None,  # all of the host's
+    "max_germinations": DEFAULT_MAX_GERMINATIONS,
+    "blueprints": None,  # the heuristic's rotation
+    "device": "cpu",
+    "seed": 0,
+    "data_dir": None,
+}
+"""Settings of a heuristic run, by flag name; a config file's top-level keys may set them too."""
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="esper", description="Grow morphogenetic networks.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
-    h = sub.add_parser("heuristic", help="train with the rule-based controller")
-    h.add_argument("--task", default=DEFAULT_TASK, help=f"one of: {', '.join(TASKS)} (default {DEFAULT_TASK})")
-    h.add_argument("--episodes", type=int, default=1, help="independent training runs, seeds S, S+1, ... (default 1)")
-    h.add_argument("--max-epochs", type=int, default=None, help="host epochs per episode (default: the task's)")
-    h.add_argument("--slots", nargs="+", default=None, help="slots the controller may use (default: all of the host's)")
+    h = sub.add_parser(
+        "heuristic",
+        help="train with the rule-based controller",
+        epilog=knobs_help(HEURISTIC_GROUPS),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    h.add_argument("--task", help=f"one of: {', '.join(TASKS)} (default {DEFAULT_TASK})")
+    h.add_argument("--episodes", type=int, help="independent training runs, seeds S, S+1, ... (default 1)")
+    h.add_argument("--max-epochs", type=int, help="host epochs per episode (default: the task's)")
+    h.add_argument("--slots", nargs="+", help="slots the controller may use (default: all of the host's)")
     h.add_argument(
         "--max-germinations",
         type=int,
-        default=DEFAULT_MAX_GERMINATIONS,
         help=f"most germinations per episode; 0 trains the host alone (default {DEFAULT_MAX_GERMINATIONS})",
     )
-    h.add_argument(
-        "--blueprints", nargs="+", default=None, help="blueprints to rotate through (default: all of the topology's)"
-    )
-    h.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or mps (default cpu)")
-    h.add_argument("--seed", type=int, default=0, help="random seed of the first episode (default 0)")
-    h.add_argument(
-        "--data-dir", default=None, help="folder of a real dataset (cifar10, textfile); else $ESPER_DATA_DIR"
-    )
+    h.add_argument("--blueprints", nargs="+", help="blueprints to rotate through (default: all of the topology's)")
+    h.add_argument("--device", help="cpu, cuda, cuda:N or mps (default cpu)")
+    h.add_argument("--seed", type=int, help="random seed of the first episode (default 0)")
+    h.add_argument("--data-dir", help="folder of a real dataset (cifar10, textfile); else $ESPER_DATA_DIR")
+    h.add_argument("--config", help="a TOML, YAML or JSON file of settings and [group] tables of knobs")
     h.add_argument(
         "--run-dir", default=None, help="where summary.json and events.jsonl go (default runs/<time>-heuristic-<task>)"
     )
@@ -86,34 +110,50 @@ class HeuristicRun:
     episodes: int
     rng_seed: int
     blueprints: tuple[str, ...]
+    heuristic: HeuristicConfig
+    config: dict[str, Any]
+    """The resolved settings and knobs, as the run directory records them."""
     run_dir: Path
     quiet: bool
 
 
-def resolve_heuristic(args: argparse.Namespace) -> HeuristicRun:
-    """Validate every argument and load the data, raising `UsageError` on the first problem."""
-    task = resolve_task(args.task)
-    check_minimum("--episodes", args.episodes, 1)
-    check_minimum("--seed", args.seed, 0)
-    if args.seed + args.episodes > MAX_RNG_SEED:
-        limit = MAX_RNG_SEED - args.episodes
-        raise UsageError(f"--seed must be < {limit} with {args.episodes} episode(s), got {args.seed}")
-    check_minimum("--max-germinations", args.max_germinations, 0)
-    max_epochs = task.max_epochs if args.max_epochs is None else args.max_epochs
+def resolve_heuristic(args: argparse.Namespace, rest: Sequence[str] = ()) -> HeuristicRun:
+    """Validate every setting and knob and load the data, raising `UsageError` on the first problem."""
+    file_settings, file_knobs = config_file(args, HEURISTIC_DEFAULTS, HEURISTIC_GROUPS)
+    settings = merge_settings(HEURISTIC_DEFAULTS, file_settings, args=args)
+    knobs = parse_knobs(HEURISTIC_GROUPS, rest, file_knobs)
+    task = knobs["host"].apply(resolve_task(settings["task"]))
+    episodes, rng_seed = settings["episodes"], settings["seed"]
+    check_minimum("--episodes", episodes, 1)
+    check_minimum("--seed", rng_seed, 0)
+    if rng_seed + episodes > MAX_RNG_SEED:
+        raise UsageError(f"--seed must be < {MAX_RNG_SEED - episodes} with {episodes} episode(s), got {rng_seed}")
+    check_minimum("--max-germinations", settings["max_germinations"], 0)
+    max_epochs = task.max_epochs if settings["max_epochs"] is None else settings["max_epochs"]
     check_minimum("--max-epochs", max_epochs, 1)
-    device = resolve_device_arg(args.device)
-    slots = resolve_slots(task, args.slots)
+    device = resolve_device_arg(settings["device"])
+    slots = resolve_slots(task, settings["slots"])
     default_blueprints = PREFERRED_BLUEPRINTS.get(task.topology, blueprint_names(task.topology))
-    blueprints = resolve_blueprints(task, args.blueprints, default_blueprints)
+    blueprints = resolve_blueprints(task, settings["blueprints"], default_blueprints)
     run_dir = (
         Path(args.run_dir) if args.run_dir else Path("runs") / f"{time.strftime('%Y%m%d-%H%M%S')}-heuristic-{task.name}"
     )
     check_run_dir(run_dir, RUN_FILES)
-    data = load_task_data(task, args.data_dir)
+    data = load_task_data(task, settings["data_dir"])
     env = EnvConfig(
-        task=task, device=device, max_epochs=max_epochs, enabled_slots=slots, max_germinations=args.max_germinations
+        task=task,
+        device=device,
+        max_epochs=max_epochs,
+        enabled_slots=slots,
+        max_germinations=settings["max_germinations"],
+        thresholds=knobs["gates"],
+        governor=knobs["governor"],
+        host_width=knobs["host"].width,
     )
-    return HeuristicRun(task, data, env, args.episodes, args.seed, blueprints, run_dir, args.quiet)
+    config = resolved_config(settings, knobs)
+    return HeuristicRun(
+        task, data, env, episodes, rng_seed, blueprints, knobs["heuristic"], config, run_dir, args.quiet
+    )
 
 
 def run_heuristic(run: HeuristicRun) -> dict:
@@ -124,8 +164,9 @@ def run_heuristic(run: HeuristicRun) -> dict:
     hub = TelemetryHub(backends)
     env = MorphogeneticEnv(run.env, run.data, emit=hub.emit)
     controller = HeuristicController(
-        run.task.topology, run.env.enabled_slots, run.blueprints, thresholds=run.env.thresholds
+        run.task.topology, run.env.enabled_slots, run.blueprints, run.heuristic, run.env.thresholds
     )
+    write_json_atomic(run.run_dir / "config.json", run.config)
     print(
         f"esper heuristic: task {run.task.name}, {run.episodes} episode(s) x {run.env.max_epochs} epochs, "
         f"slots {' '.join(run.env.enabled_slots)}, max germinations {run.env.max_germinations}, "
@@ -169,13 +210,13 @@ def run_heuristic(run: HeuristicRun) -> dict:
 def main(argv: Sequence[str] | None = None) -> int:
     ctx = SINGLE_PROCESS
     try:
-        args = build_parser().parse_args(argv)
+        args, rest = build_parser().parse_known_args(argv)  # the rest: knob flags (`--ppo.gamma 1`)
         if args.command == "ppo":
             ctx = distributed_context(args)  # under torchrun: join the group before anything else
-            run, execute = resolve_ppo(args, ctx), run_ppo
+            run, execute = resolve_ppo(args, rest, ctx), run_ppo
             ctx.barrier()  # every rank has checked its arguments before rank 0 writes
         else:
-            run, execute = resolve_heuristic(args), run_heuristic
+            run, execute = resolve_heuristic(args, rest), run_heuristic
     except UsageError as exc:
         print(f"esper: error: {exc}", file=sys.stderr)
         shutdown_distributed(graceful=False)

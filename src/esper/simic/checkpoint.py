@@ -8,6 +8,7 @@ A checkpoint is a plain dict of tensors, numbers, strings, lists and dicts (ever
 - `learner`: policy, optimizer, observation normalizer, every rank's RNG states, counters;
 - `settings`: the command-line settings of the run, as given;
 - `trainer`: the resolved trainer configuration (hyperparameters of PPO and the reward);
+- `knobs`: every knob group of the run, as plain values (a resumed run's defaults);
 - `spaces`: the observation layout and action heads the policy is shaped for;
 - `run_dir`: where the run writes.
 """
@@ -36,6 +37,7 @@ REQUIRED_KEYS: dict[str, tuple[str, ...]] = {
     "learner": ("policy", "optimizer", "obs_norm", "rng_ranks", "round", "episodes_done", "global_step"),
     "settings": (),
     "trainer": ("hidden", "reward", "ppo"),
+    "knobs": (),
     "spaces": ("observation_layout", "action_heads"),
     "run_dir": (),
 }
@@ -132,6 +134,7 @@ def checkpoint_payload(
     learner: Learner,
     settings: dict[str, Any],
     trainer: dict[str, Any],
+    knobs: dict[str, Any],
     spaces: dict[str, Any],
     run_dir: Path,
     ctx: DistContext = SINGLE_PROCESS,
@@ -141,6 +144,7 @@ def checkpoint_payload(
         "learner": learner_state(learner, ctx),
         "settings": settings,
         "trainer": trainer,
+        "knobs": knobs,
         "spaces": spaces,
         "run_dir": str(run_dir),
     }

@@ -64,6 +64,7 @@ class PolicyController:
         policy.load_state_dict(payload["learner"]["policy"])
         obs_norm = RunningMeanStd(spaces.layout.obs_dim)
         obs_norm.load_state_dict(payload["learner"]["obs_norm"])
+        kwargs.setdefault("thresholds", GateThresholds(**payload["knobs"].get("gates", {})))  # the run's masks
         return PolicyController(policy, spaces, obs_norm, **kwargs)
 
     def reset(self) -> None:

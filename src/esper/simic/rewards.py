@@ -59,6 +59,8 @@ STAGE_POTENTIAL: dict[SeedStage, float] = {
 
 @dataclass(frozen=True)
 class RewardConfig:
+    """The reward: mode, the objective's weight and parameter price, shaping, panic penalty."""
+
     mode: str = "dense"
     gamma: float = 1.0
     """Discount of the shaping term; must equal the PPO gamma."""

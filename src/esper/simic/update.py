@@ -22,6 +22,8 @@ from esper.tamiyo.policy import RecurrentPolicy
 
 @dataclass(frozen=True)
 class PPOConfig:
+    """PPO: discounting, the update's epochs and minibatches, clipping, schedules, KL stop."""
+
     gamma: float = 0.99
     gae_lambda: float = 0.95
     learning_rate: float = 3e-4

@@ -18,6 +18,8 @@ PREFERRED_BLUEPRINTS: dict[Topology, tuple[str, ...]] = {
 
 @dataclass(frozen=True)
 class HeuristicConfig:
+    """The heuristic's knobs: when to germinate, which seeds to keep or cull, blueprint penalties."""
+
     warmup_epochs: int = 2
     """No germination before this epoch: let the host find its footing first."""
     plateau_patience: int = 1

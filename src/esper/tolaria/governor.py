@@ -13,6 +13,8 @@ import torch
 
 @dataclass(frozen=True)
 class GovernorConfig:
+    """When the governor rolls an env back, and when it gives up on an episode."""
+
     blowup_factor: float = 3.0
     """A training loss above this multiple of the recent mean is a blow-up."""
     history: int = 5

@@ -1,0 +1,219 @@
+"""The config tree: every knob a researcher tunes, reachable by a flag and from a file.
+
+A run's *settings* are its shape (task, episodes, envs, devices, seed, ...): the subcommand's own
+flags. Its *knobs* come in groups, each a dataclass owned by the package it tunes (PPO, reward,
+gates, heuristic, governor, the host's training); jsonargparse generates their flags from the
+dataclasses, with types, defaults and the fields' docstrings as help: `--ppo.learning_rate 1e-4`.
+A file (`--config run.toml`, or `.yaml`/`.json`) sets both: top-level keys are settings, tables
+are knob groups. Precedence: built-in defaults < a resumed checkpoint < the file < flags. An
+unknown key, in a file or a flag, is a one-line error naming the valid ones.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import enum
+import json
+import sys
+import tomllib
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+from jsonargparse import ArgumentParser, set_parsing_settings
+
+from esper.leyline import GateThresholds
+from esper.scripts.common import UsageError
+from esper.simic.rewards import RewardConfig
+from esper.simic.update import PPOConfig
+from esper.tamiyo import HeuristicConfig
+from esper.tolaria import GovernorConfig, TaskSpec
+
+set_parsing_settings(docstring_parse_attribute_docstrings=True)
+
+
+@dataclass(frozen=True)
+class HostTraining:
+    """The host's training hyperparameters; None keeps the task's own."""
+
+    batch_size: int | None = None
+    """Training images (or windows) per optimisation step."""
+    host_lr: float | None = None
+    """Peak learning rate of the host's AdamW (the episode's cosine schedule scales it)."""
+    seed_lr: float | None = None
+    """Peak learning rate of each seed's AdamW."""
+    weight_decay: float | None = None
+    """AdamW weight decay, for host and seeds."""
+    width: int | None = None
+    """The host's width (CNN channels of the first block, transformer d_model)."""
+
+    def __post_init__(self) -> None:
+        for name in ("batch_size", "width"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"host.{name} must be >= 1, got {value}")
+
+    def apply(self, task: TaskSpec) -> TaskSpec:
+        """`task` with these hyperparameters in place of its own (the width goes to the env)."""
+        given = {k: v for k, v in dataclasses.asdict(self).items() if v is not None and k != "width"}
+        return dataclasses.replace(task, **given)
+
+
+Group = Callable[[], Any]
+"""A knob group's default instance."""
+
+PPO_GROUPS: dict[str, Group] = {
+    "ppo": lambda: PPOConfig(gamma=1.0),
+    "reward": RewardConfig,
+    "gates": GateThresholds,
+    "governor": GovernorConfig,
+    "host": HostTraining,
+}
+"""The knobs of `esper ppo` (the trainer's gamma is 1: see `esper.simic.rewards`)."""
+
+HEURISTIC_GROUPS: dict[str, Group] = {
+    "heuristic": HeuristicConfig,
+    "gates": GateThresholds,
+    "governor": GovernorConfig,
+    "host": HostTraining,
+}
+"""The knobs of `esper heuristic`."""
+
+
+# --------------------------------------------------------------------------- files
+def read_config_file(path: str) -> dict[str, Any]:
+    """A TOML, YAML or JSON file as a dict; a one-line `UsageError` for anything else."""
+    file = Path(path)
+    readers: dict[str, Callable[[str], Any]] = {".toml": tomllib.loads, ".json": json.loads}
+    try:
+        import yaml
+
+        readers.update({".yaml": yaml.safe_load, ".yml": yaml.safe_load})
+    except ImportError:  # pragma: no cover - PyYAML comes with jsonargparse
+        pass
+    if file.suffix not in readers:
+        raise UsageError(f"--config {path!r}: unknown file type {file.suffix!r}; choose from: {' '.join(readers)}")
+    try:
+        data = readers[file.suffix](file.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise UsageError(f"--config {path!r} cannot be read: {exc.strerror or exc}") from None
+    except Exception as exc:  # each format's own parse error
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UsageError(f"--config {path!r} is not valid {file.suffix[1:].upper()}: {first}") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"--config {path!r} must hold a table of settings, got {type(data).__name__}")
+    return data
+
+
+def split_config(
+    data: dict[str, Any], settings: Iterable[str], groups: dict[str, Group], source: str
+) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """(settings, knobs by group) of a file's table; an unknown key names the valid ones."""
+    settings = tuple(settings)
+    flat: dict[str, Any] = {}
+    knobs: dict[str, dict[str, Any]] = {}
+    for key, value in data.items():
+        if key in groups:
+            if not isinstance(value, dict):
+                raise UsageError(f"{source}: {key!r} is a group of knobs and needs a table, got {value!r}")
+            valid = group_fields(groups[key])
+            unknown = sorted(set(value) - set(valid))
+            if unknown:
+                raise UsageError(
+                    f"{source}: unknown key '{key}.{unknown[0]}'; valid keys of [{key}]: {' '.join(valid)}"
+                )
+            knobs[key] = dict(value)
+        elif key in settings:
+            flat[key] = value
+        else:
+            valid = " ".join([*settings, *(f"[{g}]" for g in groups)])
+            raise UsageError(f"{source}: unknown key {key!r}; valid keys: {valid}")
+    return flat, knobs
+
+
+def config_file(
+    args: argparse.Namespace, settings: Iterable[str], groups: dict[str, Group]
+) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """The settings and knobs of `--config`, if given (both empty otherwise)."""
+    if args.config is None:
+        return {}, {}
+    return split_config(read_config_file(args.config), settings, groups, f"--config {args.config!r}")
+
+
+def merge_settings(defaults: dict[str, Any], *layers: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    """`defaults`, then each layer (a checkpoint's, a file's), then the flags given."""
+    given = {k: getattr(args, k) for k in defaults if getattr(args, k, None) is not None}
+    merged = dict(defaults)
+    for layer in (*layers, given):
+        merged.update(layer)
+    return merged
+
+
+def group_fields(group: Group) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(group()))
+
+
+# --------------------------------------------------------------------------- flags
+def knobs_parser(groups: dict[str, Group], defaults: dict[str, dict[str, Any]] | None = None) -> ArgumentParser:
+    """A parser of the knob flags, generated from the groups' dataclasses, with `defaults`
+    (a checkpoint's or a file's values) in place of the built-in ones."""
+    parser = ArgumentParser(exit_on_error=False, prog="esper", add_help=False)
+    for name, group in groups.items():
+        parser.add_class_arguments(type(group()), name, fail_untyped=False)
+        base = dataclasses.asdict(group())
+        base.update((defaults or {}).get(name, {}))
+        parser.set_defaults({f"{name}.{k}": v for k, v in base.items()})
+    return parser
+
+
+def parse_knobs(
+    groups: dict[str, Group], rest: Sequence[str], defaults: dict[str, dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """The knob groups as dataclasses, from the flags left over by the settings' parser; a bad
+    flag or value is a one-line `UsageError`."""
+    parser = knobs_parser(groups, defaults)
+    try:
+        namespace = parser.instantiate(parser.parse_args(list(rest)))
+    except (argparse.ArgumentError, ValueError, TypeError) as exc:  # jsonargparse's, and the dataclasses' checks
+        message = " ".join(str(exc).split()).replace("<class '", "").replace("'>", "")
+        if message.startswith("unrecognized arguments"):
+            message += f" (knob flags are --GROUP.KNOB, groups: {' '.join(groups)}; see --help)"
+        raise UsageError(message) from None
+    return {name: namespace[name] for name in groups}
+
+
+def knobs_help(groups: dict[str, Group]) -> str:
+    """The knob flags with their help, for the end of a subcommand's `--help`."""
+    text = knobs_parser(groups).format_help()
+    body = text[text.index("\n\n") :].strip("\n")
+    return "knobs (also settable from --config FILE, as [group] tables):\n" + body
+
+
+# --------------------------------------------------------------------------- the resolved tree
+def jsonable(value: Any) -> Any:
+    """Dataclasses, enums, tuples and paths as plain JSON values (enums by name)."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, enum.Enum):
+        return value.name
+    if isinstance(value, dict):
+        return {k: jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
+def resolved_config(settings: dict[str, Any], knobs: dict[str, Any]) -> dict[str, Any]:
+    """What a run directory records: the resolved settings and knobs, the Esper version and the
+    command line that produced them."""
+    return {
+        "esper": version("esper"),
+        "command_line": list(sys.argv),
+        "settings": jsonable(settings),
+        "knobs": jsonable(knobs),
+    }
