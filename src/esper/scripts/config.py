@@ -192,6 +192,27 @@ def knobs_help(groups: dict[str, Group]) -> str:
     return "knobs (also settable from --config FILE, as [group] tables):\n" + body
 
 
+def add_command(
+    sub: argparse._SubParsersAction, name: str, help: str, groups: dict[str, Group]
+) -> argparse.ArgumentParser:
+    """A subcommand whose settings are its flags, with the flags every command shares, and its
+    knob groups listed at the end of its `--help`."""
+    parser = sub.add_parser(
+        name, help=help, epilog=knobs_help(groups), formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--task", help="one of: shapes, pydoc, cifar10, textfile (default shapes)")
+    parser.add_argument("--max-epochs", type=int, help="host epochs per episode (default: the task's)")
+    parser.add_argument("--slots", nargs="+", help="slots the controller may use (default: all of the host's)")
+    parser.add_argument("--max-germinations", type=int, help="most germinations per episode; 0: none (default 6)")
+    parser.add_argument("--blueprints", nargs="+", help="blueprints the controller may choose (default: all)")
+    parser.add_argument("--seed", type=int, help="random seed of the run; episode e trains with seed S + e (default 0)")
+    parser.add_argument("--data-dir", help="folder of a real dataset (cifar10, textfile); else $ESPER_DATA_DIR")
+    parser.add_argument("--config", help="a TOML, YAML or JSON file of settings and [group] tables of knobs")
+    parser.add_argument("--run-dir", help=f"where the run is written (default runs/<time>-{name}-<task>)")
+    parser.add_argument("--quiet", action="store_true", help="no progress lines")
+    return parser
+
+
 # --------------------------------------------------------------------------- the resolved tree
 def jsonable(value: Any) -> Any:
     """Dataclasses, enums, tuples and paths as plain JSON values (enums by name)."""

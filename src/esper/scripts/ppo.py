@@ -36,9 +36,9 @@ from esper.scripts.common import (
 )
 from esper.scripts.config import (
     PPO_GROUPS,
+    add_command,
     config_file,
     jsonable,
-    knobs_help,
     merge_settings,
     parse_knobs,
     resolved_config,
@@ -57,7 +57,7 @@ from esper.simic.distributed import SINGLE_PROCESS, DistContext, init_distribute
 from esper.simic.loop import Learner
 from esper.simic.morphogenetic_envs import MorphogeneticEnvs, TrainerConfig, build_trainer, run_round
 from esper.tamiyo import PolicySpaces
-from esper.tolaria import DEFAULT_TASK, TASKS, EnvConfig, TaskSpec
+from esper.tolaria import DEFAULT_TASK, EnvConfig, TaskSpec
 from esper.tolaria.datasets import TaskData
 from esper.tolaria.training import PRECISIONS
 
@@ -90,23 +90,12 @@ SETTINGS = tuple(DEFAULTS)
 
 def add_ppo_parser(sub: argparse._SubParsersAction) -> None:
     """Every option defaults to None, so a resumed run can tell which ones were given."""
-    p = sub.add_parser(
-        "ppo",
-        help="learn a controller with PPO over vectorized envs",
-        epilog=knobs_help(PPO_GROUPS),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument("--task", help=f"one of: {', '.join(TASKS)} (default {DEFAULTS['task']})")
+    p = add_command(sub, "ppo", "learn a controller with PPO over vectorized envs", PPO_GROUPS)
     p.add_argument("--episodes", type=int, help="total episodes of the run, counting resumed ones (default 8)")
     p.add_argument("--n-envs", type=int, help="envs stepped together; one round = one episode each (default 4)")
-    p.add_argument("--max-epochs", type=int, help="host epochs per episode (default: the task's)")
-    p.add_argument("--slots", nargs="+", help="slots the policy may use (default: all of the host's)")
-    p.add_argument("--max-germinations", type=int, help="most germinations per episode (default 6)")
-    p.add_argument("--blueprints", nargs="+", help="blueprints the policy may choose (default: all)")
     p.add_argument("--hidden", type=int, help="width of the policy's layers and LSTM (default 128)")
     p.add_argument("--device", help="device of the policy, and of the envs unless --devices (default cpu)")
     p.add_argument("--devices", nargs="+", help="devices the envs are spread over, round-robin")
-    p.add_argument("--seed", type=int, help="random seed of the run; episode e trains with seed S + e (default 0)")
     p.add_argument("--amp", help="mixed precision for the hosts on CUDA: bf16 or fp16 (fp16: one GradScaler per env)")
     p.add_argument(
         "--compile",
@@ -116,10 +105,6 @@ def add_ppo_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--save-every", type=int, help="write a checkpoint every R rounds, and after the last (default 1)")
     p.add_argument("--resume", help="continue from this checkpoint (settings and knobs come from it unless given)")
-    p.add_argument("--config", help="a TOML, YAML or JSON file of settings and [group] tables of knobs")
-    p.add_argument("--data-dir", help="folder of a real dataset (cifar10, textfile); else $ESPER_DATA_DIR")
-    p.add_argument("--run-dir", help="where the run is written (default runs/<time>-ppo-<task>; on resume, its own)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar or per-round lines")
 
 
 @dataclass

@@ -33,8 +33,8 @@ from esper.scripts.common import (
 )
 from esper.scripts.config import (
     HEURISTIC_GROUPS,
+    add_command,
     config_file,
-    knobs_help,
     merge_settings,
     parse_knobs,
     resolved_config,
@@ -44,7 +44,6 @@ from esper.simic.distributed import SINGLE_PROCESS, shutdown_distributed
 from esper.tamiyo import PREFERRED_BLUEPRINTS, HeuristicConfig, HeuristicController
 from esper.tolaria import (
     DEFAULT_TASK,
-    TASKS,
     EnvConfig,
     MorphogeneticEnv,
     TaskSpec,
@@ -74,30 +73,9 @@ HEURISTIC_DEFAULTS: dict[str, Any] = {
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="esper", description="Grow morphogenetic networks.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
-    h = sub.add_parser(
-        "heuristic",
-        help="train with the rule-based controller",
-        epilog=knobs_help(HEURISTIC_GROUPS),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    h.add_argument("--task", help=f"one of: {', '.join(TASKS)} (default {DEFAULT_TASK})")
+    h = add_command(sub, "heuristic", "train with the rule-based controller", HEURISTIC_GROUPS)
     h.add_argument("--episodes", type=int, help="independent training runs, seeds S, S+1, ... (default 1)")
-    h.add_argument("--max-epochs", type=int, help="host epochs per episode (default: the task's)")
-    h.add_argument("--slots", nargs="+", help="slots the controller may use (default: all of the host's)")
-    h.add_argument(
-        "--max-germinations",
-        type=int,
-        help=f"most germinations per episode; 0 trains the host alone (default {DEFAULT_MAX_GERMINATIONS})",
-    )
-    h.add_argument("--blueprints", nargs="+", help="blueprints to rotate through (default: all of the topology's)")
     h.add_argument("--device", help="cpu, cuda, cuda:N or mps (default cpu)")
-    h.add_argument("--seed", type=int, help="random seed of the first episode (default 0)")
-    h.add_argument("--data-dir", help="folder of a real dataset (cifar10, textfile); else $ESPER_DATA_DIR")
-    h.add_argument("--config", help="a TOML, YAML or JSON file of settings and [group] tables of knobs")
-    h.add_argument(
-        "--run-dir", default=None, help="where summary.json and events.jsonl go (default runs/<time>-heuristic-<task>)"
-    )
-    h.add_argument("--quiet", action="store_true", help="no per-epoch progress lines")
     add_ppo_parser(sub)
     return parser
 
