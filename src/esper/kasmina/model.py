@@ -158,7 +158,8 @@ class MorphogeneticModel(nn.Module):
     def configure_optimizers(self, host_lr: float, seed_lr: float, weight_decay: float) -> ModelOptimizers:
         """The host's AdamW, ready to take one per seed as seeds are germinated (as nanoGPT's
         `configure_optimizers` sits beside its model)."""
-        return ModelOptimizers(self, host_lr, seed_lr, weight_decay)
+        device = next(self.parameters()).device
+        return ModelOptimizers(self.host_parameters(), device, host_lr, seed_lr, weight_decay)
 
     def host_param_count(self) -> int:
         return sum(p.numel() for p in self.host.parameters())

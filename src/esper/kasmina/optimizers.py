@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
-if TYPE_CHECKING:
-    from esper.kasmina.model import MorphogeneticModel
+from esper.kasmina.slot import SeedSlot
 
 
 def cosine_lr_factor(epoch: int, max_epochs: int) -> float:
@@ -31,11 +29,18 @@ def cosine_lr_factor(epoch: int, max_epochs: int) -> float:
 class ModelOptimizers:
     """The host's AdamW and one AdamW per seed, by slot name."""
 
-    def __init__(self, model: MorphogeneticModel, host_lr: float, seed_lr: float, weight_decay: float) -> None:
+    def __init__(
+        self,
+        host_parameters: Iterable[nn.Parameter],
+        device: torch.device,
+        host_lr: float,
+        seed_lr: float,
+        weight_decay: float,
+    ) -> None:
         self.seed_lr, self.weight_decay = seed_lr, weight_decay
         # Fused on CUDA: one kernel per step, and GradScaler steps it without a host-device sync.
-        self.fused = next(model.parameters()).device.type == "cuda"
-        self.host = self._adamw(model.host_parameters(), host_lr)
+        self.fused = device.type == "cuda"
+        self.host = self._adamw(host_parameters, host_lr)
         self.seeds: dict[str, torch.optim.Optimizer] = {}
 
     def add_seed(self, slot: str, params: Iterable[nn.Parameter]) -> None:
@@ -44,9 +49,9 @@ class ModelOptimizers:
     def drop_seed(self, slot: str) -> None:
         self.seeds.pop(slot, None)
 
-    def drop_missing(self, model: MorphogeneticModel) -> None:
+    def drop_missing(self, slots: Iterable[SeedSlot]) -> None:
         """Drop the optimizers of slots whose seed is gone (culled by a gate)."""
-        for slot in model.ordered_slots():
+        for slot in slots:
             if slot.seed is None:
                 self.drop_seed(slot.slot_id.name)
 
@@ -65,12 +70,12 @@ class ModelOptimizers:
         states.update({f"seed:{name}": opt.state_dict() for name, opt in self.seeds.items()})
         return states
 
-    def load_state_dict(self, states: dict[str, dict], model: MorphogeneticModel) -> None:
-        """Restore the optimizers of `model` as it is now (its seeds already restored): one per
-        seed it holds, each with its saved state."""
+    def load_state_dict(self, states: dict[str, dict], slots: Iterable[SeedSlot]) -> None:
+        """Restore the optimizers of a model's `slots` as they are now (their seeds already
+        restored): one per seed they hold, each with its saved state."""
         self.host.load_state_dict(states["host"])
         self.seeds = {}
-        for slot in model.ordered_slots():
+        for slot in slots:
             if slot.seed is not None:
                 name = slot.slot_id.name
                 self.add_seed(name, slot.seed.parameters())

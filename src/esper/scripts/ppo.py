@@ -131,10 +131,7 @@ def resolve_ppo(args: argparse.Namespace, rest: Sequence[str] = (), ctx: DistCon
     """Validate every setting, knob (and the checkpoint) before anything is written."""
     resume_path = Path(args.resume) if args.resume is not None else None
     resume = read_resume(resume_path) if resume_path is not None else None
-    file_settings, file_knobs = config_file(args, DEFAULTS, PPO_GROUPS)
-    settings = merge_settings(DEFAULTS, resume["settings"] if resume else {}, file_settings, args=args)
-    saved_knobs = resume["knobs"] if resume else {}
-    knobs = parse_knobs(PPO_GROUPS, rest, {g: {**saved_knobs.get(g, {}), **file_knobs.get(g, {})} for g in PPO_GROUPS})
+    settings, knobs = resolve_settings_and_knobs(args, rest, resume)
     task = knobs["host"].apply(resolve_task(settings["task"]))
     check_counts(settings)
     max_epochs = settings["max_epochs"] or task.max_epochs
@@ -143,17 +140,7 @@ def resolve_ppo(args: argparse.Namespace, rest: Sequence[str] = (), ctx: DistCon
     amp = resolve_amp(settings["amp"], devices)
     slots = resolve_slots(task, settings["slots"])
     blueprints = resolve_blueprints(task, settings["blueprints"], blueprint_names(task.topology))
-    try:
-        config = TrainerConfig(
-            settings["episodes"],
-            settings["n_envs"],
-            settings["seed"],
-            settings["hidden"],
-            knobs["reward"],
-            knobs["ppo"],
-        )
-    except ValueError as exc:  # the reward's gamma must be PPO's
-        raise UsageError(str(exc)) from None
+    config = trainer_config(settings, knobs)
     if resume is not None:
         spaces = PolicySpaces.derive(task.topology, task.slot_names, blueprints).signature()
         try:
@@ -175,21 +162,34 @@ def resolve_ppo(args: argparse.Namespace, rest: Sequence[str] = (), ctx: DistCon
         host_width=knobs["host"].width,
     )
     return PPORun(
-        settings,
-        task,
-        data,
-        env,
-        devices,
-        policy_device,
-        config,
-        blueprints,
-        knobs,
-        run_dir,
-        resume,
-        resume_path,
-        args.quiet,
-        ctx,
-    )
+        settings, task, data, env, devices, policy_device, config, blueprints, knobs, run_dir, resume, resume_path,
+        args.quiet, ctx,
+    )  # fmt: skip
+
+
+def resolve_settings_and_knobs(
+    args: argparse.Namespace, rest: Sequence[str], resume: dict[str, Any] | None
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Settings and knobs, each layered: defaults < the checkpoint's < the file's < the flags."""
+    file_settings, file_knobs = config_file(args, DEFAULTS, PPO_GROUPS)
+    settings = merge_settings(DEFAULTS, resume["settings"] if resume else {}, file_settings, args=args)
+    saved = resume["knobs"] if resume else {}
+    knobs = parse_knobs(PPO_GROUPS, rest, {g: {**saved.get(g, {}), **file_knobs.get(g, {})} for g in PPO_GROUPS})
+    return settings, knobs
+
+
+def trainer_config(settings: dict[str, Any], knobs: dict[str, Any]) -> TrainerConfig:
+    try:
+        return TrainerConfig(
+            episodes=settings["episodes"],
+            n_envs=settings["n_envs"],
+            rng_seed=settings["seed"],
+            hidden=settings["hidden"],
+            reward=knobs["reward"],
+            ppo=knobs["ppo"],
+        )
+    except ValueError as exc:  # the reward's gamma must be PPO's
+        raise UsageError(str(exc)) from None
 
 
 def read_resume(path: Path) -> dict[str, Any]:

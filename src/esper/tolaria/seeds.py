@@ -132,7 +132,7 @@ class LifecycleExecutor:
             grad = train.seed_grad_norm.get(name)
             finite = train.seed_finite.get(name, True) and (grad is None or math.isfinite(grad))
             changes += self._log(name, slot.tick(GateInputs(val.contribution(name), grad, finite)))
-        self.optimizers.drop_missing(self.model)
+        self.optimizers.drop_missing(self.model.ordered_slots())
         return changes
 
     # ----------------------------------------------------------------- snapshots
