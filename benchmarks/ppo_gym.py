@@ -2,14 +2,19 @@
 GAE, update) trained on a standard Gymnasium task whose solved return is known.
 
 Why: the morphogenetic envs have no known optimum, so a trainer that fails to improve there
-could be the task or the learner. CartPole-v1 separates the two: its maximum return is 500, and
-CleanRL's PPO reaches about 490 in 500k steps. Goal: `final_mean_return` >= 475 (the mean of
-the last 20 completed training episodes, sampled from the stochastic policy).
+could be the task or the learner. Classic control separates the two, with one set of defaults:
+- CartPole-v1: maximum return 500; CleanRL's PPO reaches about 490 in 500k steps. Goal:
+  `final_mean_return` >= 475.
+- Acrobot-v1: -1 per step until the goal, cut at 500 steps; a uniformly random policy reaches
+  the goal in about 5% of episodes, CleanRL's `ppo.py` reports -86 in 500k steps. Goal: >= -100.
+`final_mean_return` is the mean of the last 20 completed training episodes, sampled from the
+stochastic policy.
 
-Hyperparameters: `esper.simic.gymnasium_envs.default_ppo` (learning rate 1e-3 decayed linearly to 0 over
-the run, entropy 0.01, 4 epochs of 4 minibatches, no KL early stop), 8 envs x 128 steps a round,
-64 hidden units, observations normalized and rewards scaled by the running spread of the
-discounted return (`train_gym`'s defaults). Prints one JSON object; progress goes to stderr.
+Hyperparameters: `esper.simic.gymnasium_envs.default_ppo` (learning rate 1e-3 decayed linearly to
+0 over the run, entropy 0.01, 4 epochs of 4 minibatches, no KL early stop, advantages not
+normalized), 8 envs x 128 steps a round, 64 hidden units in separate actor and critic trunks,
+observations normalized and rewards scaled by the running spread of the discounted return
+(`train_gym`'s defaults). Prints one JSON object; progress goes to stderr.
 
 Usage: python benchmarks/ppo_gym.py [--env CartPole-v1] [--steps 500000] [--seed 0]
 """

@@ -160,10 +160,13 @@ def test_a_pickled_object_in_a_checkpoint_is_refused(tiny_tasks, workdir: Path, 
 def test_a_checkpoint_of_an_older_format_is_refused_in_one_line(
     tiny_tasks, workdir: Path, tmp_path: Path, capsys
 ) -> None:
-    """A format-1 checkpoint holds reward settings that no longer exist: one line, not a TypeError."""
+    """A format-1 checkpoint holds reward settings that no longer exist, a format-2 one a policy
+    with a shared trunk and no training seeds: one line, not a TypeError."""
     old = tmp_path / "old.pt"
     torch.save({"format": 1, "trainer": {"reward": {"mode": "contribution", "rent_weight": 0.5}}}, old)
-    check_usage_error(capsys, ["ppo", "--resume", str(old)], "old.pt", "format 1", "format 2")
+    check_usage_error(capsys, ["ppo", "--resume", str(old)], "old.pt", "format 1", f"format {CHECKPOINT_FORMAT}")
+    torch.save({"format": 2, "learner": {}}, old)
+    check_usage_error(capsys, ["ppo", "--resume", str(old)], "old.pt", "format 2", f"format {CHECKPOINT_FORMAT}")
 
 
 def test_knobs_come_from_a_config_file_and_flags_win(tiny_tasks, workdir: Path, tmp_path: Path) -> None:

@@ -193,7 +193,7 @@ def knobs_help(groups: dict[str, Group]) -> str:
 
 
 def add_command(
-    sub: argparse._SubParsersAction, name: str, help: str, groups: dict[str, Group]
+    sub: argparse._SubParsersAction, name: str, help: str, groups: dict[str, Group], one_seed: bool = True
 ) -> argparse.ArgumentParser:
     """A subcommand whose settings are its flags, with the flags every command shares, and its
     knob groups listed at the end of its `--help`."""
@@ -205,7 +205,10 @@ def add_command(
     parser.add_argument("--slots", nargs="+", help="slots the controller may use (default: all of the host's)")
     parser.add_argument("--max-germinations", type=int, help="most germinations per episode; 0: none (default 6)")
     parser.add_argument("--blueprints", nargs="+", help="blueprints the controller may choose (default: all)")
-    parser.add_argument("--seed", type=int, help="random seed of the run; episode e trains with seed S + e (default 0)")
+    if one_seed:
+        parser.add_argument(
+            "--seed", type=int, help="random seed of the run; episode e trains with seed S + e (default 0)"
+        )
     parser.add_argument("--data-dir", help="folder of a real dataset (cifar10, textfile); else $ESPER_DATA_DIR")
     parser.add_argument("--config", help="a TOML, YAML or JSON file of settings and [group] tables of knobs")
     parser.add_argument("--run-dir", help=f"where the run is written (default runs/<time>-{name}-<task>)")

@@ -264,6 +264,7 @@ def build(run: PPORun, emit) -> tuple[MorphogeneticEnvs, Learner]:
     )
     if run.resume is not None:
         load_learner_state(learner, run.resume["learner"], run.ctx)
+        envs.trained_rng_seeds = [int(seed) for seed in run.resume["training_seeds"]]
     return envs, learner
 
 
@@ -342,6 +343,7 @@ def record_round(run: PPORun, envs: MorphogeneticEnvs, learner: Learner, row: di
             run.config.to_json(),
             jsonable(run.knobs),
             envs.spaces.signature(),
+            envs.trained_rng_seeds,
             run.run_dir,
             run.ctx,
         )

@@ -1,5 +1,6 @@
-"""`python -m esper.scripts.train heuristic|ppo [...]`: grow hosts with the heuristic controller,
-or learn a controller with PPO (`esper.scripts.ppo`).
+"""`python -m esper.scripts.train heuristic|ppo|eval [...]`: grow hosts with the heuristic
+controller, learn a controller with PPO (`esper.scripts.ppo`), or compare controllers on
+held-out seeds (`esper.scripts.evaluate`).
 
 Every bad input ends in one line on stderr and exit code 2, before anything is written.
 """
@@ -39,6 +40,7 @@ from esper.scripts.config import (
     parse_knobs,
     resolved_config,
 )
+from esper.scripts.evaluate import add_eval_parser, resolve_eval, run_eval
 from esper.scripts.ppo import add_ppo_parser, distributed_context, resolve_ppo, run_ppo
 from esper.simic.distributed import SINGLE_PROCESS, shutdown_distributed
 from esper.tamiyo import PREFERRED_BLUEPRINTS, HeuristicConfig, HeuristicController
@@ -77,6 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("--episodes", type=int, help="independent training runs, seeds S, S+1, ... (default 1)")
     h.add_argument("--device", help="cpu, cuda, cuda:N or mps (default cpu)")
     add_ppo_parser(sub)
+    add_eval_parser(sub)
     return parser
 
 
@@ -193,6 +196,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             ctx = distributed_context(args)  # under torchrun: join the group before anything else
             run, execute = resolve_ppo(args, rest, ctx), run_ppo
             ctx.barrier()  # every rank has checked its arguments before rank 0 writes
+        elif args.command == "eval":
+            run, execute = resolve_eval(args, rest), run_eval
         else:
             run, execute = resolve_heuristic(args, rest), run_heuristic
     except UsageError as exc:

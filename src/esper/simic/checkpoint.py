@@ -10,6 +10,7 @@ A checkpoint is a plain dict of tensors, numbers, strings, lists and dicts (ever
 - `trainer`: the resolved trainer configuration (hyperparameters of PPO and the reward);
 - `knobs`: every knob group of the run, as plain values (a resumed run's defaults);
 - `spaces`: the observation layout and action heads the policy is shaped for;
+- `training_seeds`: every RNG seed an episode of the run trained on;
 - `run_dir`: where the run writes.
 """
 
@@ -24,9 +25,11 @@ from esper.karn import write_atomic
 from esper.simic.distributed import SINGLE_PROCESS, DistContext
 from esper.simic.loop import Learner
 
-CHECKPOINT_FORMAT = 2
+CHECKPOINT_FORMAT = 3
 """2: the reward is the dense form of the stated objective (issue 8); a format-1 checkpoint's
-reward settings no longer exist, and its policy learned from inflated counterfactuals."""
+reward settings no longer exist, and its policy learned from inflated counterfactuals.
+3: the policy has separate actor and critic trunks, and the checkpoint records the RNG seeds
+the run trained on (`training_seeds`), which evaluation refuses."""
 
 
 class CheckpointError(ValueError):
@@ -39,6 +42,7 @@ REQUIRED_KEYS: dict[str, tuple[str, ...]] = {
     "trainer": ("hidden", "reward", "ppo"),
     "knobs": (),
     "spaces": ("observation_layout", "action_heads"),
+    "training_seeds": (),
     "run_dir": (),
 }
 """What a resume reads, by section: a checkpoint missing any of it is refused."""
@@ -136,6 +140,7 @@ def checkpoint_payload(
     trainer: dict[str, Any],
     knobs: dict[str, Any],
     spaces: dict[str, Any],
+    training_seeds: list[int],
     run_dir: Path,
     ctx: DistContext = SINGLE_PROCESS,
 ) -> dict[str, Any]:
@@ -146,6 +151,7 @@ def checkpoint_payload(
         "trainer": trainer,
         "knobs": knobs,
         "spaces": spaces,
+        "training_seeds": list(training_seeds),
         "run_dir": str(run_dir),
     }
 

@@ -37,6 +37,10 @@ class PolicyController:
         self.thresholds = thresholds or GateThresholds()
         self.greedy = greedy
         self.generator = torch.Generator().manual_seed(rng_seed)
+        self.task_name: str | None = None
+        """The task a loaded policy was trained on (None for a fresh one)."""
+        self.training_seeds: tuple[int, ...] = ()
+        """The RNG seeds a loaded policy's training episodes used: not held out."""
         self.reset()
 
     @staticmethod
@@ -65,7 +69,10 @@ class PolicyController:
         obs_norm = RunningMeanStd(spaces.layout.obs_dim)
         obs_norm.load_state_dict(payload["learner"]["obs_norm"])
         kwargs.setdefault("thresholds", GateThresholds(**payload["knobs"].get("gates", {})))  # the run's masks
-        return PolicyController(policy, spaces, obs_norm, **kwargs)
+        controller = PolicyController(policy, spaces, obs_norm, **kwargs)
+        controller.task_name = task.name
+        controller.training_seeds = tuple(int(seed) for seed in payload["training_seeds"])
+        return controller
 
     def reset(self) -> None:
         """A new episode: the LSTM state starts at zero."""

@@ -83,6 +83,11 @@ def default_ppo(total_rounds: int) -> PPOConfig:
     Both schedules span the whole run: the learning rate decays to 0 at the last round, which
     settles the policy at the end, and the entropy bonus stays constant. No KL early stop: with
     4 epochs of 4 minibatches the clip alone keeps updates small on these tasks.
+
+    Advantages are not normalized: `RewardScaler` already puts returns at unit scale, and
+    normalizing a round whose episodes all went alike (Acrobot-v1 before its first success: -1
+    every step) blows value-function noise up to unit-size advantages that outweigh the entropy
+    bonus, so the policy drifts away from the uniform exploration that finds the goal.
     """
     return PPOConfig(
         gamma=0.99,
@@ -98,6 +103,7 @@ def default_ppo(total_rounds: int) -> PPOConfig:
         ent_coef_final=0.01,
         max_grad_norm=0.5,
         target_kl=None,
+        norm_adv=False,
     )
 
 

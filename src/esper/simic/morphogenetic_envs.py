@@ -85,6 +85,9 @@ class MorphogeneticEnvs:
         self.data: TaskData = envs[0].passes.data
         self.max_round_steps = envs[0].config.max_epochs
         self.envs: list[MorphogeneticEnv] = []
+        self.trained_rng_seeds: list[int] = []
+        """Every RNG seed an episode of this run has trained on (all ranks'), in episode order: a
+        checkpoint records them so that evaluation can refuse them."""
 
     @property
     def n_envs(self) -> int:
@@ -240,5 +243,7 @@ def run_round(envs: MorphogeneticEnvs, learner: Learner, on_step: Callable[[int]
     return the round's metrics."""
     rollout = collect(learner, envs, envs.config.ppo, on_step)
     done = update(learner, rollout, envs.config.ppo, envs.ctx)
+    first = learner.episodes_done
     learner.episodes_done += envs.n_envs * envs.ctx.world_size
+    envs.trained_rng_seeds.extend(envs.config.rng_seed + e for e in range(first, learner.episodes_done))
     return envs.round_metrics(done)

@@ -1,9 +1,10 @@
 """Tamiyo: the controller. The observation a learned policy sees, its masked factored action
 space and the distributions over it, the recurrent policy network (which acts and evaluates),
-and the heuristic policy that decides when, where and what to grow. It reads the training
-signals of `esper.leyline`."""
+the heuristic policy that decides when, where and what to grow, and the static and random
+baselines. It reads the training signals of `esper.leyline`."""
 
 from esper.tamiyo.actions import HEADS, ActionSpace
+from esper.tamiyo.baselines import RandomController, StaticController
 from esper.tamiyo.distributions import (
     FactoredMasks,
     FactoredSample,
@@ -28,7 +29,9 @@ __all__ = [
     "MaskedCategorical",
     "ObservationLayout",
     "PolicySpaces",
+    "RandomController",
     "RecurrentPolicy",
+    "StaticController",
     "evaluate_factored",
     "sample_factored",
 ]

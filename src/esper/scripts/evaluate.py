@@ -1,0 +1,410 @@
+"""`esper eval`: several controllers on the same held-out seeds, compared paired.
+
+For each seed every controller trains a host from the same initialisation on the same data
+order (the env's generators derive from the seed alone), so the per-seed differences between
+two controllers cancel what the seed decides, and the claim is their mean with a 95% interval.
+The test split is read once per episode, after its last decision, and only reported.
+
+Controllers: `static` (never grows), `heuristic` or `heuristic:FILE` (the rule-based controller,
+with a TOML/YAML/JSON file's `[heuristic]` table), `random` (uniform among the valid actions),
+`policy:PATH` (a `ppo` checkpoint, greedy unless `--sample`), and `matched`: a static host
+widened to about the mean parameter count (host plus kept seeds) the growing controllers of the
+same call ended with, so "growth pays" is compared with simply starting bigger. Episodes run in
+worker processes with one thread each (`--workers 0`: one by one in this process).
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import contextlib
+import dataclasses
+import functools
+import multiprocessing
+import os
+import statistics
+import time
+from dataclasses import dataclass
+from itertools import combinations
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from esper.karn import estimate, paired_difference, write_json_atomic
+from esper.leyline import GateThresholds
+from esper.scripts.common import (
+    UsageError,
+    check_minimum,
+    check_run_dir,
+    load_task_data,
+    resolve_device_arg,
+    resolve_slots,
+    resolve_task,
+)
+from esper.scripts.config import (
+    Group,
+    HostTraining,
+    add_command,
+    config_file,
+    merge_settings,
+    parse_knobs,
+    read_config_file,
+    resolved_config,
+    split_config,
+)
+from esper.simic.checkpoint import CheckpointError
+from esper.simic.controller import PolicyController
+from esper.tamiyo import HeuristicConfig, HeuristicController, RandomController, StaticController
+from esper.tolaria import EnvConfig, GovernorConfig, MorphogeneticEnv, TaskSpec, get_task
+from esper.tolaria.episode import Controller, run_episode
+
+EVAL_GROUPS: dict[str, Group] = {
+    "heuristic": HeuristicConfig,
+    "gates": GateThresholds,
+    "governor": GovernorConfig,
+    "host": HostTraining,
+}
+"""The knobs of `esper eval`: the heuristic's (for `heuristic` without a file) and the env's."""
+
+EVAL_DEFAULTS: dict[str, Any] = {
+    "task": "shapes",
+    "controllers": None,
+    "seeds": None,
+    "max_epochs": None,
+    "slots": None,
+    "max_germinations": 6,
+    "blueprints": None,
+    "device": "cpu",
+    "data_dir": None,
+    "workers": None,
+    "sample": False,
+}
+RUN_FILES = ("eval.json", "config.json")
+BASELINES = ("static", "matched", "heuristic", "random")
+"""What a learned controller is compared against, paired, in this order."""
+GROWING = ("heuristic", "random", "policy")
+CONTROLLER_HELP = "static matched heuristic[:FILE] random policy:PATH"
+
+
+@dataclass(frozen=True)
+class ControllerSpec:
+    """One controller of an eval, picklable so a worker process can build it."""
+
+    name: str
+    """As given on the command line (the key in the table and in eval.json)."""
+    kind: str
+    path: str | None = None
+
+    @property
+    def grows(self) -> bool:
+        return self.kind in GROWING
+
+
+@dataclass(frozen=True)
+class EvalRun:
+    task: TaskSpec
+    env: EnvConfig
+    controllers: tuple[ControllerSpec, ...]
+    seeds: tuple[int, ...]
+    heuristic: HeuristicConfig
+    sample: bool
+    data_dir: str | None
+    host_knobs: dict[str, Any]
+    workers: int
+    config: dict[str, Any]
+    run_dir: Path
+
+
+# --------------------------------------------------------------------------- arguments
+def add_eval_parser(sub: argparse._SubParsersAction) -> None:
+    p = add_command(sub, "eval", "compare controllers paired on held-out seeds", EVAL_GROUPS, one_seed=False)
+    p.add_argument("--controllers", nargs="+", help=f"two or more of: {CONTROLLER_HELP}")
+    p.add_argument("--seeds", help="A:B, the seeds A, A+1, ..., B-1 (as in Python)")
+    p.add_argument("--sample", action="store_true", default=None, help="policies sample their actions (default greedy)")
+    p.add_argument("--device", help="cpu, cuda, cuda:N or mps (default cpu)")
+    p.add_argument(
+        "--workers", type=int, help="episodes at once, one process each; 0: one by one in this process (default: CPUs)"
+    )
+
+
+def parse_seeds(text: str | None) -> tuple[int, ...]:
+    if text is None:
+        raise UsageError("--seeds A:B is required (the held-out seeds A, A+1, ..., B-1)")
+    start, colon, stop = text.partition(":")
+    try:
+        seeds = tuple(range(int(start), int(stop)))
+    except ValueError:
+        raise UsageError(f"--seeds {text!r}: expected A:B with integers A < B, as in Python (0:10)") from None
+    if not colon or not seeds:
+        raise UsageError(f"--seeds {text!r} is an empty range: expected A:B with A < B")
+    if seeds[0] < 0:
+        raise UsageError(f"--seeds {text!r}: seeds must be >= 0")
+    return seeds
+
+
+def parse_controller(text: str) -> ControllerSpec:
+    kind, colon, path = text.partition(":")
+    if kind in ("static", "matched", "random") and not colon:
+        return ControllerSpec(text, kind)
+    if kind == "heuristic":
+        return ControllerSpec(text, kind, path or None)
+    if kind == "policy" and path:
+        return ControllerSpec(text, kind, path)
+    raise UsageError(f"--controllers: unknown controller {text!r}; choose from: {CONTROLLER_HELP}")
+
+
+def resolve_controllers(names: list[str] | None, task: TaskSpec, seeds: tuple[int, ...]) -> tuple[ControllerSpec, ...]:
+    if not names:
+        raise UsageError(f"--controllers is required: two or more of: {CONTROLLER_HELP}")
+    specs = tuple(parse_controller(name) for name in names)
+    if len({s.name for s in specs}) != len(specs):
+        raise UsageError(f"--controllers names a controller twice: {' '.join(names)}")
+    if "matched" in {s.kind for s in specs} and not any(s.grows for s in specs):
+        raise UsageError("--controllers: matched needs a growing controller (heuristic, random or policy:PATH)")
+    for spec in specs:
+        if spec.kind == "policy":
+            check_policy(spec, task, seeds)
+        if spec.kind == "heuristic" and spec.path:
+            heuristic_from_file(spec.path, HeuristicConfig())
+    return specs
+
+
+def check_policy(spec: ControllerSpec, task: TaskSpec, seeds: tuple[int, ...]) -> None:
+    """The checkpoint loads, fits the task, and was not trained on any of the seeds."""
+    try:
+        controller = PolicyController.from_checkpoint(spec.path)
+    except CheckpointError as exc:
+        raise UsageError(f"--controllers {spec.name}: {exc}") from None
+    if controller.task_name != task.name:
+        raise UsageError(
+            f"--controllers {spec.name}: the policy was trained on task {controller.task_name!r}, not {task.name!r}"
+        )
+    overlap = sorted(set(seeds) & set(controller.training_seeds))
+    if overlap:
+        raise UsageError(
+            f"--seeds: {spec.name} was trained on seed {overlap[0]} (and {len(overlap) - 1} more of these); "
+            f"evaluate on seeds it never trained on"
+        )
+
+
+def heuristic_from_file(path: str, defaults: HeuristicConfig) -> HeuristicConfig:
+    """A file's `[heuristic]` table over `defaults`; anything else in the file is an error."""
+    _, knobs = split_config(read_config_file(path), (), {"heuristic": HeuristicConfig}, f"heuristic:{path}")
+    try:
+        return dataclasses.replace(defaults, **knobs.get("heuristic", {}))
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"heuristic:{path}: {exc}") from None
+
+
+def resolve_eval(args: argparse.Namespace, rest: list[str]) -> EvalRun:
+    file_settings, file_knobs = config_file(args, EVAL_DEFAULTS, EVAL_GROUPS)
+    settings = merge_settings(EVAL_DEFAULTS, file_settings, args=args)
+    knobs = parse_knobs(EVAL_GROUPS, rest, file_knobs)
+    task = knobs["host"].apply(resolve_task(settings["task"]))
+    seeds = parse_seeds(settings["seeds"])
+    controllers = resolve_controllers(settings["controllers"], task, seeds)
+    max_epochs = task.max_epochs if settings["max_epochs"] is None else settings["max_epochs"]
+    check_minimum("--max-epochs", max_epochs, 1)
+    check_minimum("--max-germinations", settings["max_germinations"], 0)
+    workers = (os.cpu_count() or 1) if settings["workers"] is None else settings["workers"]
+    check_minimum("--workers", workers, 0)
+    run_dir = (
+        Path(args.run_dir) if args.run_dir else Path("runs") / f"{time.strftime('%Y%m%d-%H%M%S')}-eval-{task.name}"
+    )
+    check_run_dir(run_dir, RUN_FILES)
+    load_task_data(task, settings["data_dir"])  # a missing or corrupt dataset fails here, before any episode
+    env = EnvConfig(
+        task=task,
+        device=resolve_device_arg(settings["device"]),
+        max_epochs=max_epochs,
+        enabled_slots=resolve_slots(task, settings["slots"]),
+        max_germinations=settings["max_germinations"],
+        thresholds=knobs["gates"],
+        governor=knobs["governor"],
+        host_width=knobs["host"].width,
+    )
+    return EvalRun(
+        task, env, controllers, seeds, knobs["heuristic"], bool(settings["sample"]), settings["data_dir"],
+        dataclasses.asdict(knobs["host"]), workers, resolved_config(settings, knobs), run_dir,
+    )  # fmt: skip
+
+
+# --------------------------------------------------------------------------- episodes
+@dataclass(frozen=True)
+class EpisodeJob:
+    """One episode of one controller on one seed, as a worker process receives it (tasks hold
+    lambdas, so the worker rebuilds the task from its name and host knobs)."""
+
+    spec: ControllerSpec
+    rng_seed: int
+    task_name: str
+    host_knobs: dict[str, Any]
+    env_fields: dict[str, Any]
+    """The `EnvConfig` fields other than the task."""
+    heuristic: HeuristicConfig
+    sample: bool
+    data_dir: str | None
+
+
+def episode_jobs(run: EvalRun, specs: list[ControllerSpec], host_width: int | None) -> list[EpisodeJob]:
+    fields = {f.name: getattr(run.env, f.name) for f in dataclasses.fields(run.env) if f.name != "task"}
+    jobs = []
+    for spec in specs:
+        env_fields = dict(fields)
+        if spec.kind in ("static", "matched"):
+            env_fields["max_germinations"] = 0
+        if spec.kind == "matched":
+            env_fields["host_width"] = host_width
+        for seed in run.seeds:
+            jobs.append(
+                EpisodeJob(
+                    spec, seed, run.task.name, run.host_knobs, env_fields, run.heuristic, run.sample, run.data_dir
+                )
+            )
+    return jobs
+
+
+@functools.lru_cache(maxsize=2)
+def _task_data(task_name: str, host_knobs: tuple, data_dir: str | None):
+    return load_task_data(HostTraining(**dict(host_knobs)).apply(get_task(task_name)), data_dir)
+
+
+def build_controller(job: EpisodeJob, config: EnvConfig) -> Controller:
+    spec = job.spec
+    if spec.kind in ("static", "matched"):
+        return StaticController()
+    if spec.kind == "random":
+        return RandomController(
+            config.task.topology, config.enabled_slots, thresholds=config.thresholds, rng_seed=job.rng_seed
+        )
+    if spec.kind == "heuristic":
+        heuristic = heuristic_from_file(spec.path, job.heuristic) if spec.path else job.heuristic
+        return HeuristicController(
+            config.task.topology, config.enabled_slots, config=heuristic, thresholds=config.thresholds
+        )
+    return PolicyController.from_checkpoint(spec.path, greedy=not job.sample, rng_seed=job.rng_seed)
+
+
+def run_one(job: EpisodeJob) -> dict[str, Any]:
+    """Run one job (in a worker process, with one thread)."""
+    torch.set_num_threads(1)
+    return episode_result(job)
+
+
+def episode_result(job: EpisodeJob) -> dict[str, Any]:
+    task = HostTraining(**job.host_knobs).apply(get_task(job.task_name))
+    config = EnvConfig(task=task, **job.env_fields)
+    env = MorphogeneticEnv(config, _task_data(job.task_name, tuple(sorted(job.host_knobs.items())), job.data_dir))
+    outcome = run_episode(env, build_controller(job, config), rng_seed=job.rng_seed, episode=job.rng_seed)
+    return {
+        "controller": job.spec.name,
+        "seed": job.rng_seed,
+        "test_accuracy": outcome.final_test_accuracy,
+        "val_accuracy": outcome.final_val_accuracy,
+        "host_params": outcome.host_params,
+        "seed_params": outcome.seed_params,
+        "fossilized": sum(r.final_stage == "FOSSILIZED" for r in outcome.records),
+        "culled": sum(r.final_stage == "CULLED" for r in outcome.records),
+        "seconds": outcome.seconds,
+    }
+
+
+def run_all(run: EvalRun, pool, specs: list[ControllerSpec], host_width: int | None) -> list[dict[str, Any]]:
+    """Every seed of `specs`, in `pool` (or one by one in this process when `pool` is None)."""
+    jobs = episode_jobs(run, specs, host_width)
+    if pool is None:
+        done = map(episode_result, jobs)
+    else:
+        done = (f.result() for f in concurrent.futures.as_completed([pool.submit(run_one, job) for job in jobs]))
+    results = []
+    for r in done:
+        results.append(r)
+        print(
+            f"  {r['controller']} seed {r['seed']}: test {r['test_accuracy']:.2f}%, "
+            f"added params {r['seed_params']:,}, {r['seconds']:.0f} s",
+            flush=True,
+        )
+    return results
+
+
+def matched_width(run: EvalRun, results: list[dict[str, Any]]) -> int:
+    """The host width closest to the growing controllers' mean final parameter count."""
+    growing = {s.name for s in run.controllers if s.grows}
+    sizes = [r["host_params"] + r["seed_params"] for r in results if r["controller"] in growing]
+    return run.task.width_for_params(round(statistics.fmean(sizes)))
+
+
+# --------------------------------------------------------------------------- report
+def comparison(run: EvalRun, results: list[dict[str, Any]], width: int | None) -> dict[str, Any]:
+    """eval.json: per controller one list entry per seed, in seed order, and the paired differences."""
+    by_name: dict[str, dict[str, list]] = {}
+    for spec in run.controllers:
+        rows = sorted((r for r in results if r["controller"] == spec.name), key=lambda r: r["seed"])
+        keys = ("test_accuracy", "val_accuracy", "seed_params", "host_params", "fossilized", "culled", "seconds")
+        by_name[spec.name] = {key: [r[key] for r in rows] for key in keys}
+    test = {name: values["test_accuracy"] for name, values in by_name.items()}
+    return {
+        "task": run.task.name,
+        "max_epochs": run.env.max_epochs,
+        "seeds": list(run.seeds),
+        "matched_width": width,
+        "controllers": by_name,
+        "test_accuracy": {name: estimate(values).to_json() for name, values in test.items()},
+        "paired": {f"{a} - {b}": paired_difference(test[a], test[b]).to_json() for a, b in pairs(run.controllers)},
+    }
+
+
+def pairs(specs: tuple[ControllerSpec, ...]) -> list[tuple[str, str]]:
+    """Each controller against each baseline listed before it, and every non-baseline against
+    every baseline (a learned controller against static, matched, heuristic and random)."""
+    baselines = [s for s in specs if s.kind in BASELINES]
+    others = [s for s in specs if s.kind not in BASELINES]
+    found = [(b.name, a.name) for a, b in combinations(baselines, 2)]
+    found += [(o.name, b.name) for o in others for b in baselines]
+    found += [(b.name, a.name) for a, b in combinations(others, 2)]
+    return found
+
+
+def table(report: dict[str, Any]) -> str:
+    n = len(report["seeds"])
+    lines = [f"{'controller':<28} {'test accuracy % (95% CI)':>28} {'added params':>13} {'s / episode':>12}"]
+    for name, values in report["controllers"].items():
+        est = report["test_accuracy"][name]
+        low, high = est["ci95"]
+        lines.append(
+            f"{name:<28} {est['mean']:>10.2f} [{low:6.2f}, {high:6.2f}]    "
+            f"{statistics.fmean(values['seed_params']):>13,.0f} {statistics.fmean(values['seconds']):>12.1f}"
+        )
+    lines.append(f"\npaired test accuracy difference, points (95% CI over {n} seeds):")
+    for pair, est in report["paired"].items():
+        low, high = est["ci95"]
+        lines.append(f"{pair:<48} {est['mean']:+7.2f} [{low:+6.2f}, {high:+6.2f}]")
+    return "\n".join(lines)
+
+
+def run_eval(run: EvalRun) -> dict[str, Any]:
+    run.run_dir.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(run.run_dir / "config.json", run.config)
+    first = [s for s in run.controllers if s.kind != "matched"]
+    print(
+        f"esper eval: task {run.task.name}, {len(run.controllers)} controllers x {len(run.seeds)} seeds "
+        f"({run.seeds[0]}..{run.seeds[-1]}) x {run.env.max_epochs} epochs, {run.workers} workers, "
+        f"run dir {run.run_dir}",
+        flush=True,
+    )
+    context = multiprocessing.get_context("spawn")
+    workers = concurrent.futures.ProcessPoolExecutor(run.workers, mp_context=context) if run.workers else None
+    with workers or contextlib.nullcontext() as pool:
+        results = run_all(run, pool, first, None)
+        width = None
+        if any(s.kind == "matched" for s in run.controllers):
+            width = matched_width(run, results)
+            print(f"  matched: a static host of width {width} (default {run.task.host_width})", flush=True)
+            results += run_all(run, pool, [s for s in run.controllers if s.kind == "matched"], width)
+    report = comparison(run, results, width)
+    report["torch"] = torch.__version__
+    write_json_atomic(run.run_dir / "eval.json", report)
+    print(table(report))
+    print(f"eval.json in {run.run_dir}", flush=True)
+    return report

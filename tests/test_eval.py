@@ -1,0 +1,144 @@
+"""`esper eval`: controllers compared paired on held-out seeds, and its one-line refusals."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import tiny_shapes_task
+from esper.scripts.evaluate import ControllerSpec, pairs
+from esper.scripts.train import main
+from esper.tolaria import TASKS
+from test_cli import check_usage_error
+
+FAST = ["--max-epochs", "2", "--workers", "0"]
+
+
+@pytest.fixture
+def tiny_shapes(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(TASKS, "shapes", tiny_shapes_task())
+
+
+@pytest.fixture(scope="module")
+def policy_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny `esper ppo` run on seeds 5 and 6; its last checkpoint."""
+    run_dir = tmp_path_factory.mktemp("ppo") / "run"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setitem(TASKS, "shapes", tiny_shapes_task())
+        argv = ["ppo", "--episodes", "2", "--n-envs", "2", "--max-epochs", "2", "--seed", "5", "--quiet"]
+        assert main([*argv, "--run-dir", str(run_dir)]) == 0
+    return sorted((run_dir / "checkpoints").glob("round-*.pt"))[-1]
+
+
+def test_a_ppo_checkpoint_records_the_seeds_it_trained_on(policy_checkpoint: Path) -> None:
+    payload = torch.load(policy_checkpoint, weights_only=True)
+    assert payload["training_seeds"] == [5, 6]
+
+
+def test_eval_writes_one_entry_per_seed_and_paired_differences(
+    tiny_shapes, workdir: Path, tmp_path: Path, capsys
+) -> None:
+    run_dir = tmp_path / "eval"
+    argv = [
+        "eval",
+        "--controllers",
+        "static",
+        "random",
+        "heuristic",
+        "--seeds",
+        "3:5",
+        *FAST,
+        "--run-dir",
+        str(run_dir),
+    ]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "test accuracy % (95% CI)" in out and "random - static" in out
+    report = json.loads((run_dir / "eval.json").read_text())
+    assert report["seeds"] == [3, 4]
+    assert set(report["controllers"]) == {"static", "random", "heuristic"}
+    for values in report["controllers"].values():
+        assert {"test_accuracy", "val_accuracy", "seed_params", "seconds"} <= set(values)
+        assert all(len(v) == 2 for v in values.values())
+    assert report["controllers"]["static"]["seed_params"] == [0, 0]
+    static, random = report["controllers"]["static"], report["controllers"]["random"]
+    difference = report["paired"]["random - static"]["mean"]
+    assert difference == pytest.approx(sum(random["test_accuracy"]) / 2 - sum(static["test_accuracy"]) / 2)
+    assert (run_dir / "config.json").exists()
+
+
+def test_every_controller_sees_the_same_host_and_data_for_a_seed(tiny_shapes, workdir: Path, tmp_path: Path) -> None:
+    """With no germination allowed, random and heuristic can only wait: they must then train
+    exactly the host static trains, on exactly its data order."""
+    run_dir = tmp_path / "eval"
+    controllers = ["static", "random", "heuristic"]
+    argv = ["eval", "--controllers", *controllers, "--seeds", "0:2", "--max-germinations", "0", *FAST]
+    assert main([*argv, "--run-dir", str(run_dir)]) == 0
+    report = json.loads((run_dir / "eval.json").read_text())
+    accuracies = [report["controllers"][name]["test_accuracy"] for name in controllers]
+    assert accuracies[0] == accuracies[1] == accuracies[2]
+    assert accuracies[0][0] != accuracies[0][1]  # the seeds differ, so the pairing is not vacuous
+
+
+def test_matched_is_a_static_host_near_the_growing_controllers_size(tiny_shapes, workdir: Path, tmp_path: Path) -> None:
+    run_dir = tmp_path / "eval"
+    argv = ["eval", "--controllers", "random", "matched", "--seeds", "0:2", "--max-epochs", "4", "--workers", "0"]
+    assert main([*argv, "--run-dir", str(run_dir)]) == 0
+    report = json.loads((run_dir / "eval.json").read_text())
+    random, matched = report["controllers"]["random"], report["controllers"]["matched"]
+    grown = sum(h + s for h, s in zip(random["host_params"], random["seed_params"], strict=True)) / 2
+    assert matched["seed_params"] == [0, 0]
+    assert report["matched_width"] == TASKS["shapes"].width_for_params(round(grown))
+
+
+def test_a_policy_controller_runs_on_seeds_it_never_trained_on(
+    tiny_shapes, policy_checkpoint: Path, workdir: Path, tmp_path: Path
+) -> None:
+    run_dir = tmp_path / "eval"
+    argv = ["eval", "--controllers", "static", f"policy:{policy_checkpoint}", "--seeds", "7:9", *FAST]
+    assert main([*argv, "--run-dir", str(run_dir)]) == 0
+    report = json.loads((run_dir / "eval.json").read_text())
+    assert len(report["controllers"][f"policy:{policy_checkpoint}"]["test_accuracy"]) == 2
+    assert f"policy:{policy_checkpoint} - static" in report["paired"]
+
+
+def test_eval_refuses_the_seeds_a_policy_trained_on(
+    tiny_shapes, policy_checkpoint: Path, workdir: Path, capsys
+) -> None:
+    argv = ["eval", "--controllers", "static", f"policy:{policy_checkpoint}", "--seeds", "6:8", *FAST]
+    check_usage_error(capsys, argv, "trained on seed 6", "--seeds")
+    assert not Path("runs").exists()
+
+
+@pytest.mark.parametrize(
+    ("argv", "fragments"),
+    [
+        (["--controllers", "static", "greedy", "--seeds", "0:2"], ["'greedy'", "static matched heuristic"]),
+        (["--controllers", "static", "policy", "--seeds", "0:2"], ["'policy'", "policy:PATH"]),
+        (["--controllers", "static", "random", "--seeds", "4:4"], ["'4:4'", "empty"]),
+        (["--controllers", "static", "random", "--seeds", "four"], ["'four'", "A:B"]),
+        (["--controllers", "static", "random"], ["--seeds A:B is required"]),
+        (["--controllers", "static", "policy:missing.pt", "--seeds", "0:2"], ["missing.pt", "does not exist"]),
+        (["--controllers", "static", "matched", "--seeds", "0:2"], ["matched needs a growing controller"]),
+        (["--controllers", "static", "static", "--seeds", "0:2"], ["twice"]),
+    ],
+)
+def test_bad_eval_input_is_one_line_with_exit_code_2(tiny_shapes, workdir: Path, capsys, argv, fragments) -> None:
+    check_usage_error(capsys, ["eval", *argv, *FAST], *fragments)
+    assert not Path("runs").exists()
+
+
+def test_a_checkpoint_of_another_task_is_refused(policy_checkpoint: Path, workdir: Path, capsys) -> None:
+    argv = ["eval", "--task", "pydoc", "--controllers", "static", f"policy:{policy_checkpoint}", "--seeds", "9:11"]
+    check_usage_error(capsys, [*argv, *FAST], "trained on task 'shapes'", "'pydoc'")
+
+
+def test_a_learned_controller_is_compared_with_every_baseline() -> None:
+    specs = tuple(
+        ControllerSpec(name, kind)
+        for name, kind in [("static", "static"), ("heuristic", "heuristic"), ("policy:a", "policy")]
+    )
+    assert pairs(specs) == [("heuristic", "static"), ("policy:a", "static"), ("policy:a", "heuristic")]
