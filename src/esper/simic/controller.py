@@ -16,7 +16,7 @@ from esper.kasmina import StageChange
 from esper.leyline import Decision, GateThresholds, TrainingSignals
 from esper.simic.checkpoint import check_compatible, read_checkpoint
 from esper.simic.normalizer import RunningMeanStd
-from esper.tamiyo import FactoredMasks, PolicySpaces, RecurrentPolicy
+from esper.tamiyo import PolicySpaces, RecurrentPolicy
 from esper.tolaria import TaskSpec, get_task
 from esper.tolaria.rng import seeded_init
 
@@ -82,12 +82,7 @@ class PolicyController:
     @torch.no_grad()
     def decide(self, signals: TrainingSignals) -> Decision:
         obs = self.obs_norm.normalize(self.spaces.layout.featurize(signals)[None])
-        first, conditional = self.spaces.actions.conditional_masks(signals, self.thresholds)
-        masks = FactoredMasks(
-            first=first[None],
-            conditional=tuple(mask[None] for mask in conditional),
-            head_active=self.spaces.actions.head_active_table(),
-        )
+        masks = self.spaces.actions.masks(signals, self.thresholds)
         step = self.policy.act(obs, self.state, self.episode_start, masks, generator=self.generator, greedy=self.greedy)
         self.state, self.episode_start = step.state, torch.zeros(1, dtype=torch.bool)
         return self.spaces.actions.decode(*step.sample.actions[0].tolist())

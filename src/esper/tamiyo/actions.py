@@ -16,6 +16,7 @@ import torch
 from esper.kasmina.blueprints import Topology, blueprint_names, get_blueprint
 from esper.kasmina.lifecycle import cull_gate, fossilize_gate, germinate_gate
 from esper.leyline import BlendSchedule, Decision, GateThresholds, LifecycleOp, SlotSignals, TrainingSignals
+from esper.tamiyo.distributions import FactoredMasks
 
 HEADS: tuple[str, ...] = ("op", "slot", "blueprint", "schedule")
 
@@ -80,6 +81,16 @@ class ActionSpace:
         blueprints = self.blueprint_mask().expand(n_ops, -1)
         schedules = torch.ones(n_ops, len(BlendSchedule), dtype=torch.bool)
         return op_mask, (slot_table, blueprints, schedules)
+
+    def masks(self, signals: TrainingSignals, thresholds: GateThresholds) -> FactoredMasks:
+        """The masks of one env's decision, as a batch of one row (what a single-env controller
+        hands the sampler)."""
+        first, conditional = self.conditional_masks(signals, thresholds)
+        return FactoredMasks(
+            first=first[None],
+            conditional=tuple(mask[None] for mask in conditional),
+            head_active=self.head_active_table(),
+        )
 
     @classmethod
     def head_active_table(cls) -> torch.Tensor:

@@ -14,7 +14,7 @@ from esper.kasmina import StageChange
 from esper.kasmina.blueprints import Topology
 from esper.leyline import Decision, GateThresholds, LifecycleOp, TrainingSignals
 from esper.tamiyo.actions import ActionSpace
-from esper.tamiyo.distributions import FactoredMasks, sample_factored
+from esper.tamiyo.distributions import sample_factored
 
 
 class StaticController:
@@ -58,12 +58,7 @@ class RandomController:
         self.generator.manual_seed(self.rng_seed)
 
     def decide(self, signals: TrainingSignals) -> Decision:
-        first, conditional = self.actions.conditional_masks(signals, self.thresholds)
-        masks = FactoredMasks(
-            first=first[None],
-            conditional=tuple(mask[None] for mask in conditional),
-            head_active=self.actions.head_active_table(),
-        )
+        masks = self.actions.masks(signals, self.thresholds)
         logits = [torch.zeros(1, n) for n in self.actions.head_sizes]
         sample = sample_factored(logits, masks, generator=self.generator)
         return self.actions.decode(*sample.actions[0].tolist())
