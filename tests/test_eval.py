@@ -124,6 +124,10 @@ def test_eval_refuses_the_seeds_a_policy_trained_on(
         (["--controllers", "static", "policy:missing.pt", "--seeds", "0:2"], ["missing.pt", "does not exist"]),
         (["--controllers", "static", "matched", "--seeds", "0:2"], ["matched needs a growing controller"]),
         (["--controllers", "static", "static", "--seeds", "0:2"], ["twice"]),
+        (
+            ["--controllers", "heuristic", "--seeds", "0:2", "--heuristic.blueprint_order", "[nope]"],
+            ["'nope'", "conv_heavy"],
+        ),
     ],
 )
 def test_bad_eval_input_is_one_line_with_exit_code_2(tiny_shapes, workdir: Path, capsys, argv, fragments) -> None:

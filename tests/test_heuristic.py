@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+from pathlib import Path
+
+import pytest
 
 from conftest import make_env, training_signals
 from esper.kasmina import Topology
 from esper.kasmina.lifecycle import StageChange
-from esper.leyline import Decision, GateThresholds, LifecycleOp, SeedStage, SlotSignals, TrainingSignals
+from esper.leyline import BlendSchedule, Decision, GateThresholds, LifecycleOp, SeedStage, SlotSignals, TrainingSignals
 from esper.tamiyo import HeuristicConfig, HeuristicController
 from esper.tolaria.episode import run_episode
 
@@ -176,3 +180,39 @@ def test_heuristic_fills_more_than_one_slot_end_to_end() -> None:
     outcome = run_episode(env, c, rng_seed=0, episode=0)
     assert len({r.slot for r in outcome.records}) >= 2
     assert len({r.seed_id for r in outcome.records}) == len(outcome.records)  # ids unique per env
+
+
+def test_the_blueprint_order_knob_sets_each_slots_rotation() -> None:
+    c = controller(blueprint_order=("norm", "depthwise"))
+    first = decide_and_execute(c, signals([slot(n) for n in SLOTS]))
+    assert first.blueprint == "norm"
+
+
+def test_the_tuned_knobs_of_a_task_are_its_heuristic_defaults(monkeypatch, tmp_path, workdir) -> None:
+    """A task's tuned file is the layer under config files and flags, in every command."""
+    from conftest import tiny_shapes_task
+    from esper.scripts.train import main
+    from esper.tamiyo import heuristic
+    from esper.tolaria import TASKS
+
+    monkeypatch.setitem(TASKS, "shapes", tiny_shapes_task())
+    monkeypatch.setattr(heuristic, "TUNED_DIR", tmp_path)
+    tuned = {"heuristic": {"warmup_epochs": 7, "schedule": "SIGMOID", "blueprint_order": ["norm", "conv_light"]}}
+    (tmp_path / "shapes.json").write_text(json.dumps(tuned))
+    assert heuristic.tuned_heuristic("shapes") == HeuristicConfig(
+        warmup_epochs=7, schedule=BlendSchedule.SIGMOID, blueprint_order=("norm", "conv_light")
+    )
+    assert heuristic.tuned_heuristic("pydoc") == HeuristicConfig()
+    argv = ["heuristic", "--max-epochs", "1", "--quiet"]
+    assert main([*argv, "--run-dir", "tuned"]) == 0
+    assert main([*argv, "--heuristic.warmup_epochs", "3", "--run-dir", "flagged"]) == 0
+    knobs = json.loads(Path("tuned/config.json").read_text())["knobs"]["heuristic"]
+    assert (knobs["warmup_epochs"], knobs["schedule"], knobs["blueprint_order"]) == (
+        7,
+        "SIGMOID",
+        ["norm", "conv_light"],
+    )
+    assert json.loads(Path("flagged/config.json").read_text())["knobs"]["heuristic"]["warmup_epochs"] == 3
+    (tmp_path / "shapes.json").write_text(json.dumps({"heuristic": {"warmup": 1}}))
+    with pytest.raises(ValueError, match="unknown heuristic knob 'warmup'"):
+        heuristic.tuned_heuristic_knobs("shapes")

@@ -30,6 +30,7 @@ from esper.scripts.common import UsageError
 from esper.simic.rewards import RewardConfig
 from esper.simic.update import PPOConfig
 from esper.tamiyo import HeuristicConfig
+from esper.tamiyo.heuristic import tuned_heuristic_knobs
 from esper.tolaria import GovernorConfig, TaskSpec
 
 set_parsing_settings(docstring_parse_attribute_docstrings=True)
@@ -141,6 +142,12 @@ def config_file(
     if args.config is None:
         return {}, {}
     return split_config(read_config_file(args.config), settings, groups, f"--config {args.config!r}")
+
+
+def over_tuned_heuristic(task_name: str, file_knobs: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """A file's knobs over the task's tuned heuristic (`esper.tamiyo.tuned_heuristic_knobs`), so
+    the heuristic every command runs is the tuned one unless a file or a flag says otherwise."""
+    return {**file_knobs, "heuristic": {**tuned_heuristic_knobs(task_name), **file_knobs.get("heuristic", {})}}
 
 
 def merge_settings(defaults: dict[str, Any], *layers: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:

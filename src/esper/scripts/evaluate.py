@@ -38,6 +38,7 @@ from esper.scripts.common import (
     check_minimum,
     check_run_dir,
     load_task_data,
+    resolve_blueprints,
     resolve_device_arg,
     resolve_slots,
     resolve_task,
@@ -48,6 +49,7 @@ from esper.scripts.config import (
     add_command,
     config_file,
     merge_settings,
+    over_tuned_heuristic,
     parse_knobs,
     read_config_file,
     resolved_config,
@@ -55,7 +57,8 @@ from esper.scripts.config import (
 )
 from esper.simic.checkpoint import CheckpointError
 from esper.simic.controller import PolicyController
-from esper.tamiyo import HeuristicConfig, HeuristicController, RandomController, StaticController
+from esper.tamiyo import HEADS, HeuristicConfig, HeuristicController, RandomController, StaticController
+from esper.tamiyo.diagnostics import DecisionDiagnostics
 from esper.tolaria import EnvConfig, GovernorConfig, MorphogeneticEnv, TaskSpec, get_task
 from esper.tolaria.episode import Controller, run_episode
 
@@ -200,8 +203,10 @@ def heuristic_from_file(path: str, defaults: HeuristicConfig) -> HeuristicConfig
 def resolve_eval(args: argparse.Namespace, rest: list[str]) -> EvalRun:
     file_settings, file_knobs = config_file(args, EVAL_DEFAULTS, EVAL_GROUPS)
     settings = merge_settings(EVAL_DEFAULTS, file_settings, args=args)
-    knobs = parse_knobs(EVAL_GROUPS, rest, file_knobs)
-    task = knobs["host"].apply(resolve_task(settings["task"]))
+    task = resolve_task(settings["task"])
+    knobs = parse_knobs(EVAL_GROUPS, rest, over_tuned_heuristic(task.name, file_knobs))
+    task = knobs["host"].apply(task)
+    resolve_blueprints(task, knobs["heuristic"].blueprint_order or None, ())
     seeds = parse_seeds(settings["seeds"])
     controllers = resolve_controllers(settings["controllers"], task, seeds)
     max_epochs = task.max_epochs if settings["max_epochs"] is None else settings["max_epochs"]
@@ -296,7 +301,9 @@ def episode_result(job: EpisodeJob) -> dict[str, Any]:
     task = HostTraining(**job.host_knobs).apply(get_task(job.task_name))
     config = EnvConfig(task=task, **job.env_fields)
     env = MorphogeneticEnv(config, _task_data(job.task_name, tuple(sorted(job.host_knobs.items())), job.data_dir))
-    outcome = run_episode(env, build_controller(job, config), rng_seed=job.rng_seed, episode=job.rng_seed)
+    controller = build_controller(job, config)
+    outcome = run_episode(env, controller, rng_seed=job.rng_seed, episode=job.rng_seed)
+    diagnostics = controller.diagnostics if isinstance(controller, PolicyController) else None
     return {
         "controller": job.spec.name,
         "seed": job.rng_seed,
@@ -307,6 +314,7 @@ def episode_result(job: EpisodeJob) -> dict[str, Any]:
         "fossilized": sum(r.final_stage == "FOSSILIZED" for r in outcome.records),
         "culled": sum(r.final_stage == "CULLED" for r in outcome.records),
         "seconds": outcome.seconds,
+        "diagnostics": diagnostics.state() if diagnostics else None,
     }
 
 
@@ -344,6 +352,7 @@ def comparison(run: EvalRun, results: list[dict[str, Any]], width: int | None) -
         keys = ("test_accuracy", "val_accuracy", "seed_params", "host_params", "fossilized", "culled", "seconds")
         by_name[spec.name] = {key: [r[key] for r in rows] for key in keys}
     test = {name: values["test_accuracy"] for name, values in by_name.items()}
+    policies = {s.name for s in run.controllers if s.kind == "policy"}
     return {
         "task": run.task.name,
         "max_epochs": run.env.max_epochs,
@@ -352,7 +361,17 @@ def comparison(run: EvalRun, results: list[dict[str, Any]], width: int | None) -
         "controllers": by_name,
         "test_accuracy": {name: estimate(values).to_json() for name, values in test.items()},
         "paired": {f"{a} - {b}": paired_difference(test[a], test[b]).to_json() for a, b in pairs(run.controllers)},
+        "diagnostics": {name: policy_diagnostics([r for r in results if r["controller"] == name]) for name in policies},
     }
+
+
+def policy_diagnostics(rows: list[dict[str, Any]]) -> dict[str, object]:
+    """A learned controller's decisions over every seed: op mix, mean entropy per head, keep/cull
+    AUC (`esper.tamiyo.diagnostics`)."""
+    total = DecisionDiagnostics(HEADS)
+    for r in rows:
+        total.absorb(r["diagnostics"])
+    return total.to_json()
 
 
 def pairs(specs: tuple[ControllerSpec, ...]) -> list[tuple[str, str]]:
@@ -380,6 +399,15 @@ def table(report: dict[str, Any]) -> str:
     for pair, est in report["paired"].items():
         low, high = est["ci95"]
         lines.append(f"{pair:<48} {est['mean']:+7.2f} [{low:+6.2f}, {high:+6.2f}]")
+    for name, d in report["diagnostics"].items():
+        mix = " ".join(f"{op} {share:.2f}" for op, share in d["op_mix"].items())
+        entropy = " ".join(f"{head} {value:.2f}" for head, value in d["entropy"].items())
+        kc = d["keep_cull"]
+        auc = "undefined" if kc["auc"] is None else f"{kc['auc']:.3f}"
+        lines.append(
+            f"\n{name}: {d['decisions']} decisions; op mix {mix}; entropy {entropy}; "
+            f"keep/cull AUC {auc} ({kc['helpful']} helpful, {kc['harmful']} harmful probationary decisions)"
+        )
     return "\n".join(lines)
 
 

@@ -37,6 +37,7 @@ from esper.scripts.config import (
     add_command,
     config_file,
     merge_settings,
+    over_tuned_heuristic,
     parse_knobs,
     resolved_config,
 )
@@ -102,8 +103,9 @@ def resolve_heuristic(args: argparse.Namespace, rest: Sequence[str] = ()) -> Heu
     """Validate every setting and knob and load the data, raising `UsageError` on the first problem."""
     file_settings, file_knobs = config_file(args, HEURISTIC_DEFAULTS, HEURISTIC_GROUPS)
     settings = merge_settings(HEURISTIC_DEFAULTS, file_settings, args=args)
-    knobs = parse_knobs(HEURISTIC_GROUPS, rest, file_knobs)
-    task = knobs["host"].apply(resolve_task(settings["task"]))
+    task = resolve_task(settings["task"])
+    knobs = parse_knobs(HEURISTIC_GROUPS, rest, over_tuned_heuristic(task.name, file_knobs))
+    task = knobs["host"].apply(task)
     episodes, rng_seed = settings["episodes"], settings["seed"]
     check_minimum("--episodes", episodes, 1)
     check_minimum("--seed", rng_seed, 0)
@@ -115,7 +117,8 @@ def resolve_heuristic(args: argparse.Namespace, rest: Sequence[str] = ()) -> Heu
     device = resolve_device_arg(settings["device"])
     slots = resolve_slots(task, settings["slots"])
     default_blueprints = PREFERRED_BLUEPRINTS.get(task.topology, blueprint_names(task.topology))
-    blueprints = resolve_blueprints(task, settings["blueprints"], default_blueprints)
+    rotation = settings["blueprints"] or knobs["heuristic"].blueprint_order or None
+    blueprints = resolve_blueprints(task, rotation, default_blueprints)
     run_dir = (
         Path(args.run_dir) if args.run_dir else Path("runs") / f"{time.strftime('%Y%m%d-%H%M%S')}-heuristic-{task.name}"
     )

@@ -16,7 +16,8 @@ from esper.kasmina import StageChange
 from esper.leyline import Decision, GateThresholds, TrainingSignals
 from esper.simic.checkpoint import check_compatible, read_checkpoint
 from esper.simic.normalizer import RunningMeanStd
-from esper.tamiyo import PolicySpaces, RecurrentPolicy
+from esper.tamiyo import HEADS, PolicySpaces, RecurrentPolicy
+from esper.tamiyo.diagnostics import DecisionDiagnostics
 from esper.tolaria import TaskSpec, get_task
 from esper.tolaria.rng import seeded_init
 
@@ -41,6 +42,9 @@ class PolicyController:
         """The task a loaded policy was trained on (None for a fresh one)."""
         self.training_seeds: tuple[int, ...] = ()
         """The RNG seeds a loaded policy's training episodes used: not held out."""
+        self.diagnostics = DecisionDiagnostics(HEADS)
+        """Every decision since the controller was built (over episodes): op mix, head entropies,
+        keep/cull AUC (`esper.tamiyo.diagnostics`)."""
         self.reset()
 
     @staticmethod
@@ -85,7 +89,11 @@ class PolicyController:
         masks = self.spaces.actions.masks(signals, self.thresholds)
         step = self.policy.act(obs, self.state, self.episode_start, masks, generator=self.generator, greedy=self.greedy)
         self.state, self.episode_start = step.state, torch.zeros(1, dtype=torch.bool)
-        return self.spaces.actions.decode(*step.sample.actions[0].tolist())
+        sample = step.sample
+        assert sample.pair_probs is not None  # the op and slot heads
+        op = int(sample.actions[0, 0])
+        self.diagnostics.record(signals, op, sample.entropies[0], sample.pair_probs[0])
+        return self.spaces.actions.decode(*sample.actions[0].tolist())
 
     def record_step(self, decision: Decision, changes: Sequence[tuple[str, StageChange]]) -> None:
         """A policy learns only in training; the LSTM state carries what it needs."""

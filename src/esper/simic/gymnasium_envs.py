@@ -33,7 +33,7 @@ from gymnasium import spaces
 from esper.simic.loop import EnvStep, Learner, collect, common_metrics, make_learner, update
 from esper.simic.normalizer import RunningMeanStd
 from esper.simic.update import PPOConfig
-from esper.tamiyo import FactoredMasks
+from esper.tamiyo import FactoredMasks, FactoredSample
 
 FINAL_WINDOW = 20
 """`GymResult.final_mean_return` averages this many last completed episodes: enough to smooth
@@ -100,7 +100,7 @@ def default_ppo(total_rounds: int) -> PPOConfig:
         clip_coef=0.2,
         vf_coef=0.5,
         ent_coef=0.01,
-        ent_coef_final=0.01,
+        ent_coef_final=0.0,
         max_grad_norm=0.5,
         target_kl=None,
         norm_adv=False,
@@ -178,8 +178,8 @@ class GymnasiumEnvs:
     def masks(self, ids: list[int]) -> FactoredMasks:
         return self.unmasked
 
-    def step(self, ids: list[int], actions: torch.Tensor) -> EnvStep:
-        raw_next, rewards, terminated, truncated, info = self.envs.step(self.codec.decode(actions))
+    def step(self, ids: list[int], sample: FactoredSample) -> EnvStep:
+        raw_next, rewards, terminated, truncated, info = self.envs.step(self.codec.decode(sample.actions))
         rewards = np.asarray(rewards, dtype=np.float64)
         terminated = np.asarray(terminated, dtype=bool)
         truncated = np.asarray(truncated, dtype=bool) & ~terminated  # both set: the terminal wins

@@ -32,7 +32,7 @@ from esper.simic.buffer import RolloutBuffer, RolloutStep
 from esper.simic.distributed import SINGLE_PROCESS, DistContext, merge_observations
 from esper.simic.normalizer import RunningMeanStd
 from esper.simic.update import PPOConfig, UpdateStats, ppo_update
-from esper.tamiyo import FactoredMasks, PolicySpaces, RecurrentPolicy
+from esper.tamiyo import FactoredMasks, FactoredSample, PolicySpaces, RecurrentPolicy
 from esper.tamiyo.policy import LSTMState
 from esper.tolaria.rng import seeded_init
 
@@ -70,7 +70,9 @@ class RolloutEnvs(Protocol):
 
     def masks(self, ids: list[int]) -> FactoredMasks: ...
 
-    def step(self, ids: list[int], actions: torch.Tensor) -> EnvStep: ...
+    def step(self, ids: list[int], sample: FactoredSample) -> EnvStep:
+        """Execute `sample.actions` (K, H); the rest of the sample (how likely each choice was)
+        is there for an env's diagnostics."""
 
 
 @dataclass
@@ -179,7 +181,7 @@ def collect_step(learner: Learner, envs: RolloutEnvs, rollout: Rollout, ids: lis
         step = learner.policy.act(
             obs, (h[:, index], c[:, index]), learner.episode_start[index], envs.masks(ids), uniforms[index]
         )
-    outcome = envs.step(ids, step.sample.actions)
+    outcome = envs.step(ids, step.sample)
     bootstrap = truncation_values(learner, outcome, step.state)
     rollout.buffer.add(
         RolloutStep.of(

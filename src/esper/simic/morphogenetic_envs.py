@@ -26,7 +26,8 @@ from esper.simic.distributed import SINGLE_PROCESS, DistContext
 from esper.simic.loop import EnvStep, Learner, RoundUpdate, collect, common_metrics, make_learner, update
 from esper.simic.rewards import RewardBreakdown, RewardConfig, RewardFunction
 from esper.simic.update import PPOConfig
-from esper.tamiyo import HEADS, FactoredMasks, PolicySpaces
+from esper.tamiyo import HEADS, FactoredMasks, FactoredSample, PolicySpaces
+from esper.tamiyo.diagnostics import KeepCullCounts
 from esper.tolaria.datasets import TaskData
 from esper.tolaria.environment import EnvConfig, MorphogeneticEnv, StepResult
 
@@ -110,6 +111,7 @@ class MorphogeneticEnvs:
         self.reward_parts: list[RewardBreakdown] = []
         self.ops: list[int] = []
         self.panics = 0
+        self.keep_cull = KeepCullCounts()
         return torch.ones(n, dtype=torch.bool)
 
     def acting(self) -> list[int]:
@@ -131,8 +133,11 @@ class MorphogeneticEnvs:
             head_active=self.spaces.actions.head_active_table().to(device),
         )
 
-    def step(self, ids: list[int], actions: torch.Tensor) -> EnvStep:
-        decisions = [self.spaces.actions.decode(*row) for row in actions.tolist()]
+    def step(self, ids: list[int], sample: FactoredSample) -> EnvStep:
+        decisions = [self.spaces.actions.decode(*row) for row in sample.actions.tolist()]
+        assert sample.pair_probs is not None  # the op and slot heads
+        for row, i in enumerate(ids):
+            self.keep_cull.record(self.signals[i], sample.pair_probs[row].cpu())
         results = self.train_epoch(ids, decisions)
         rewards, terminated = [], []
         for i, decision, result in zip(ids, decisions, results, strict=True):
@@ -188,7 +193,23 @@ class MorphogeneticEnvs:
             row[f"charts/op_{op.name.lower()}"] = sum(o == int(op) for o in self.ops) / max(len(self.ops), 1)
         for part in dataclasses.fields(RewardBreakdown):
             row[f"rewards/{part.name}"] = sum(getattr(p, part.name) for p in self.reward_parts) / n
-        return reduce_metrics(self.ctx, row)
+        row = reduce_metrics(self.ctx, row)
+        row.update(keep_cull_metrics(self.ctx, self.keep_cull))
+        return row
+
+
+def keep_cull_metrics(ctx: DistContext, local: KeepCullCounts) -> dict[str, float]:
+    """The round's keep/cull diagnostic over every rank (`esper.tamiyo.diagnostics`): the counts of
+    each label, and the AUC where both occurred (the same keys on every rank)."""
+    counts = KeepCullCounts(ctx.all_reduce_sum(local.counts.to(ctx.device)).cpu() if ctx.enabled else local.counts)
+    row = {
+        "diagnostics/keep_cull_helpful": float(counts.helpful),
+        "diagnostics/keep_cull_harmful": float(counts.harmful),
+    }
+    auc = counts.auc()
+    if auc is not None:
+        row["diagnostics/keep_cull_auc"] = auc
+    return row
 
 
 def _fossilized(env: MorphogeneticEnv) -> int:

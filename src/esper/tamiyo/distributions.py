@@ -91,6 +91,10 @@ class FactoredSample:
     """(N, H) bool."""
     masks: torch.Tensor
     """(N, n0 + n1 + ...) bool: the resolved mask of every head, concatenated."""
+    pair_probs: torch.Tensor | None
+    """(N, n0, n1) float32: the probability of each (first head, second head) choice under the
+    masks (for the morphogenetic heads: of each op on each slot), whichever was chosen; None for
+    a single head."""
 
 
 def sample_factored(
@@ -123,7 +127,19 @@ def sample_factored(
     actions = torch.stack([first, *later], dim=-1)
     log_probs = torch.stack([d.log_prob(actions[:, k]) for k, d in enumerate(dists)], dim=-1)
     entropies = torch.stack([d.entropy() for d in dists], dim=-1)
-    return FactoredSample(actions, log_probs, entropies, masks.head_active[first], torch.cat(resolved, dim=-1))
+    pairs = first_two_probabilities(first_dist, logits[1], masks.conditional[0]) if len(logits) > 1 else None
+    return FactoredSample(actions, log_probs, entropies, masks.head_active[first], torch.cat(resolved, dim=-1), pairs)
+
+
+def first_two_probabilities(
+    first: MaskedCategorical, second_logits: torch.Tensor, second_masks: torch.Tensor
+) -> torch.Tensor:
+    """(N, n0, n1): P(first = i) x P(second = j | first = i), each under its mask. A first choice
+    with no valid second choice has probability 0 (the first head's mask excludes it)."""
+    allowed = second_masks.bool()
+    logits = second_logits.float().unsqueeze(1).expand(allowed.shape)
+    given = torch.softmax(logits.masked_fill(~allowed, torch.finfo(torch.float32).min), dim=-1) * allowed
+    return first.log_probs_all.exp().unsqueeze(-1) * given
 
 
 def evaluate_factored(

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
 
 from esper.kasmina.blueprints import Topology, blueprint_names, get_blueprint
 from esper.kasmina.lifecycle import StageChange
@@ -14,6 +17,10 @@ PREFERRED_BLUEPRINTS: dict[Topology, tuple[str, ...]] = {
     Topology.TRANSFORMER: ("mlp", "attention", "lora", "norm"),
 }
 """Rotation order: most parameters (capacity) first."""
+
+TUNED_DIR = Path(__file__).parent / "tuned"
+"""`<task>.json` here holds the heuristic knobs `benchmarks/tune_heuristic.py` found best for a
+task (its `heuristic` table); they are that task's defaults in every command."""
 
 
 @dataclass(frozen=True)
@@ -41,6 +48,33 @@ class HeuristicConfig:
     """A penalty that has decayed below this no longer counts: the blueprint is back in rotation
     (about ten epochs after a single cull with the defaults)."""
     schedule: BlendSchedule = BlendSchedule.LINEAR
+    blueprint_order: tuple[str, ...] = ()
+    """Each slot's blueprint rotation, first choice first; empty: the topology's preferred order
+    (most parameters first)."""
+
+
+def tuned_heuristic_knobs(task_name: str) -> dict[str, Any]:
+    """The tuned knobs of a task (empty where none were tuned), as a config file's `[heuristic]`
+    table: the layer under every other source of heuristic knobs."""
+    path = TUNED_DIR / f"{task_name}.json"
+    if not path.is_file():
+        return {}
+    knobs = json.loads(path.read_text(encoding="utf-8"))["heuristic"]
+    valid = {f.name for f in fields(HeuristicConfig)}
+    unknown = sorted(set(knobs) - valid)
+    if unknown:
+        raise ValueError(f"{path}: unknown heuristic knob {unknown[0]!r}; valid: {' '.join(sorted(valid))}")
+    return knobs
+
+
+def tuned_heuristic(task_name: str) -> HeuristicConfig:
+    """The heuristic of a task: its tuned knobs over the built-in defaults."""
+    knobs = dict(tuned_heuristic_knobs(task_name))
+    if "schedule" in knobs:
+        knobs["schedule"] = BlendSchedule[knobs["schedule"]]  # stored by name, as config.json stores enums
+    if "blueprint_order" in knobs:
+        knobs["blueprint_order"] = tuple(knobs["blueprint_order"])
+    return HeuristicConfig(**knobs)
 
 
 class HeuristicController:
@@ -72,7 +106,7 @@ class HeuristicController:
         self.thresholds = thresholds or GateThresholds()
         self.enabled_slots = tuple(enabled_slots)
         if blueprints is None:
-            blueprints = PREFERRED_BLUEPRINTS[topology]
+            blueprints = self.config.blueprint_order or PREFERRED_BLUEPRINTS[topology]
         for name in blueprints:
             get_blueprint(topology, name)
         self.rotation: tuple[str, ...] = tuple(blueprints) or blueprint_names(topology)
