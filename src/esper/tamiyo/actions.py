@@ -106,6 +106,16 @@ class ActionSpace:
             return Decision(lifecycle_op, self.slot_names[slot], self.blueprints[blueprint], BlendSchedule(schedule))
         return Decision(lifecycle_op, self.slot_names[slot])
 
+    def encode(self, decision: Decision) -> tuple[int, int, int, int]:
+        """The index of each head that `decode` turns back into `decision` (inactive heads 0):
+        how another controller's decisions become actions a policy can be taught."""
+        op = decision.op
+        slot = self.slot_names.index(decision.slot) if decision.slot is not None else 0
+        if op is LifecycleOp.GERMINATE:
+            assert decision.blueprint is not None
+            return int(op), slot, self.blueprints.index(decision.blueprint), int(decision.schedule)
+        return int(op), slot, 0, 0
+
     # ----------------------------------------------------------------- internals
     def _slots(self, signals: TrainingSignals) -> Sequence[SlotSignals]:
         names = tuple(s.name for s in signals.slots)

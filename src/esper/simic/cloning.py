@@ -1,0 +1,172 @@
+"""Behaviour cloning: a warm start for PPO from another controller's episodes (the tuned heuristic).
+
+Why: PPO from a near-uniform policy spends its first rounds germinating and culling at random,
+and on a small machine it gets few rounds. A policy that starts as the heuristic starts where the
+baseline is, so PPO only has to find what the heuristic misses. The critic is fitted in the same
+pass to the demonstrations' returns under the run's reward, so the first PPO advantages are not
+value-function noise.
+
+A demonstration is one whole episode of the demonstrator: the observation the policy would have
+seen, the masks it would have acted under, and the demonstrator's decision encoded as one index
+per head (`ActionSpace.encode`). Cloning maximises the log-probability of those actions over
+the active heads (re-running whole episodes through the LSTM, as the PPO update does) and
+regresses the value on the return to go.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from esper.simic.loop import Learner
+from esper.simic.rewards import RewardFunction
+from esper.tamiyo import PolicySpaces, RecurrentPolicy
+from esper.tolaria.environment import MorphogeneticEnv
+from esper.tolaria.episode import Controller
+
+
+@dataclass(frozen=True)
+class Demonstration:
+    """One episode of a demonstrator, as a policy would have lived it."""
+
+    raw_obs: torch.Tensor
+    """(T, obs_dim) featurized, not normalized."""
+    actions: torch.Tensor
+    """(T, H) int64: the demonstrator's decisions, encoded."""
+    masks: torch.Tensor
+    """(T, n0 + n1 + ...) bool: each head's mask resolved for the demonstrated op."""
+    head_active: torch.Tensor
+    """(T, H) bool."""
+    rewards: torch.Tensor
+    """(T,) float32 under the run's reward."""
+
+    @property
+    def returns(self) -> torch.Tensor:
+        """(T,) the undiscounted return to go (the trainer's gamma is 1)."""
+        return self.rewards.flip(0).cumsum(0).flip(0)
+
+
+def demonstrate(
+    env: MorphogeneticEnv,
+    controller: Controller,
+    spaces: PolicySpaces,
+    reward: RewardFunction,
+    rng_seed: int,
+    episode: int,
+) -> Demonstration:
+    """Run one episode of `controller` in `env`, recording what the policy would have seen."""
+    actions_space, thresholds = spaces.actions, env.config.thresholds
+    head_active = actions_space.head_active_table()
+    obs, actions, masks, active, rewards = [], [], [], [], []
+    signals = env.reset(rng_seed, episode)
+    controller.reset()
+    done = False
+    while not done:
+        decision = controller.decide(signals)
+        action = actions_space.encode(decision)
+        first, conditional = actions_space.conditional_masks(signals, thresholds)
+        obs.append(spaces.layout.featurize(signals))
+        actions.append(torch.tensor(action))
+        masks.append(torch.cat([first, *(mask[action[0]] for mask in conditional)]))
+        active.append(head_active[action[0]])
+        result = env.step(decision)
+        controller.record_step(decision, result.changes)
+        parts = reward(signals, result.signals, terminal=result.done, panic=result.panic is not None)
+        rewards.append(parts.total)
+        signals, done = result.signals, result.done
+    return Demonstration(
+        torch.stack(obs), torch.stack(actions), torch.stack(masks), torch.stack(active), torch.tensor(rewards)
+    )
+
+
+@dataclass(frozen=True)
+class CloningStats:
+    action_nll: float
+    """Mean negative log-likelihood of a demonstrated action (the sum over its active heads)."""
+    agreement: float
+    """Fraction of demonstrated steps whose greedy action (active heads) is the demonstrated one."""
+    value_loss: float
+
+
+@dataclass(frozen=True)
+class CloningBatch:
+    """Demonstrations as (T, B) sequences for the policy, and their V valid steps' targets."""
+
+    obs: torch.Tensor
+    valid: torch.Tensor
+    starts: torch.Tensor
+    actions: torch.Tensor
+    masks: torch.Tensor
+    active: torch.Tensor
+    returns: torch.Tensor
+
+
+def cloning_batch(learner: Learner, demonstrations: list[Demonstration]) -> CloningBatch:
+    """The learner's observation statistics absorb the demonstrations' observations (as after a
+    round), which are then normalized with them."""
+    learner.obs_norm.update(torch.cat([d.raw_obs for d in demonstrations]))
+    length, device = max(d.raw_obs.shape[0] for d in demonstrations), learner.device
+
+    def padded(values: list[torch.Tensor]) -> torch.Tensor:
+        out = values[0].new_zeros((length, len(values), *values[0].shape[1:]))
+        for b, v in enumerate(values):
+            out[: v.shape[0], b] = v
+        return out
+
+    valid = padded([torch.ones(d.raw_obs.shape[0], dtype=torch.bool) for d in demonstrations])
+    starts = torch.zeros_like(valid)
+    starts[0] = True
+
+    def steps(values: list[torch.Tensor]) -> torch.Tensor:
+        """The valid steps in the (t, b) order in which `valid` selects them."""
+        return padded(values)[valid].to(device)
+
+    return CloningBatch(
+        obs=padded([learner.obs_norm.normalize(d.raw_obs) for d in demonstrations]).to(device),
+        valid=valid.to(device),
+        starts=starts.to(device),
+        actions=steps([d.actions for d in demonstrations]),
+        masks=steps([d.masks for d in demonstrations]),
+        active=steps([d.head_active for d in demonstrations]).float(),
+        returns=steps([d.returns for d in demonstrations]),
+    )
+
+
+def cloning_losses(policy: RecurrentPolicy, batch: CloningBatch) -> tuple[torch.Tensor, torch.Tensor]:
+    """(action NLL, value loss) of the demonstrations under `policy`."""
+    state = policy.initial_state(batch.obs.shape[1], batch.obs.device)
+    evaluation = policy.evaluate(batch.obs, state, batch.starts, batch.valid, batch.masks, batch.actions)
+    nll = -(evaluation.log_probs * batch.active).sum(-1).mean()
+    return nll, 0.5 * (evaluation.values - batch.returns).square().mean()
+
+
+@torch.no_grad()
+def measure(policy: RecurrentPolicy, batch: CloningBatch) -> CloningStats:
+    nll, value_loss = cloning_losses(policy, batch)
+    state = policy.initial_state(batch.obs.shape[1], batch.obs.device)
+    logits, _, _ = policy(batch.obs, state, batch.starts)
+    greedy, offset = [], 0
+    for head_logits, n in zip(logits, policy.head_sizes, strict=True):
+        head_masks = batch.masks[:, offset : offset + n]
+        greedy.append(head_logits[batch.valid].masked_fill(~head_masks, float("-inf")).argmax(-1))
+        offset += n
+    match = ((torch.stack(greedy, -1) == batch.actions) | ~batch.active.bool()).all(-1)
+    return CloningStats(float(nll), float(match.float().mean()), float(value_loss))
+
+
+def clone(
+    learner: Learner, demonstrations: list[Demonstration], epochs: int, vf_coef: float = 0.5
+) -> tuple[CloningStats, CloningStats]:
+    """Fit the learner's policy to `demonstrations` with `epochs` full-batch steps of its
+    optimizer; the fit (before, after)."""
+    batch = cloning_batch(learner, demonstrations)
+    policy = learner.policy
+    before = measure(policy.eval(), batch)
+    policy.train()
+    for _ in range(epochs):
+        nll, value_loss = cloning_losses(policy, batch)
+        learner.optimizer.zero_grad()
+        (nll + vf_coef * value_loss).backward()
+        learner.optimizer.step()
+    return before, measure(policy.eval(), batch)
