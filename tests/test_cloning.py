@@ -2,20 +2,30 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import make_env
+from conftest import make_env, tiny_shapes_task
 from esper.kasmina import Topology
 from esper.leyline import BlendSchedule, Decision, LifecycleOp
+from esper.scripts.train import main
 from esper.simic.cloning import clone, demonstrate
 from esper.simic.loop import make_learner
 from esper.simic.rewards import RewardConfig, RewardFunction
 from esper.tamiyo import HeuristicConfig, HeuristicController, PolicySpaces
+from esper.tolaria import TASKS
+from test_cli import check_usage_error
 
 SLOTS = ("early", "mid", "late")
+
+
+@pytest.fixture
+def tiny_shapes(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(TASKS, "shapes", tiny_shapes_task())
 
 
 @settings(max_examples=50, deadline=None)
@@ -56,6 +66,27 @@ def test_a_cloned_policy_takes_the_demonstrated_actions() -> None:
         assert bool(d.masks.any(-1).all())
         assert d.returns[0] == pytest.approx(float(d.rewards.sum()))
     learner = make_learner(spaces, hidden=32, learning_rate=3e-3, rng_seed=0)
-    before, after = clone(learner, demos, epochs=150)
+    before, after = clone(learner, demos, steps=150, learning_rate=3e-3)
     assert after.action_nll < before.action_nll / 4
     assert after.agreement >= 0.9 > before.agreement
+
+
+@pytest.mark.slow
+def test_ppo_warm_starts_from_the_heuristic_and_records_its_seeds(tiny_shapes, workdir: Path, capsys) -> None:
+    argv = ["ppo", "--episodes", "2", "--n-envs", "2", "--max-epochs", "3", "--seed", "5", "--clone-episodes", "2"]
+    assert main([*argv, "--clone-steps", "20", "--run-dir", "run"]) == 0
+    assert "warm start: cloned 2 tuned-heuristic episodes (seeds 7..8)" in capsys.readouterr().out
+    checkpoint = sorted(Path("run/checkpoints").glob("round-*.pt"))[-1]
+    assert torch.load(checkpoint, weights_only=True)["training_seeds"] == [7, 8, 5, 6]
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "fragment"),
+    [
+        ("--clone-episodes", "-1", "--clone-episodes"),
+        ("--clone-steps", "0", "--clone-steps"),
+        ("--clone-lr", "0", "--clone-lr"),
+    ],
+)
+def test_bad_cloning_settings_are_one_line_errors(tiny_shapes, workdir: Path, capsys, flag, value, fragment) -> None:
+    check_usage_error(capsys, ["ppo", flag, value], fragment)

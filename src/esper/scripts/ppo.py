@@ -53,10 +53,12 @@ from esper.simic.checkpoint import (
     read_checkpoint,
     save_checkpoint,
 )
+from esper.simic.cloning import clone, demonstrate
 from esper.simic.distributed import SINGLE_PROCESS, DistContext, init_distributed
 from esper.simic.loop import Learner
 from esper.simic.morphogenetic_envs import MorphogeneticEnvs, TrainerConfig, build_trainer, run_round
-from esper.tamiyo import PolicySpaces
+from esper.tamiyo import PREFERRED_BLUEPRINTS, HeuristicController, PolicySpaces
+from esper.tamiyo.heuristic import tuned_heuristic
 from esper.tolaria import DEFAULT_TASK, EnvConfig, TaskSpec
 from esper.tolaria.datasets import TaskData
 from esper.tolaria.training import PRECISIONS
@@ -80,6 +82,9 @@ DEFAULTS: dict[str, Any] = {
     "data_dir": None,
     "amp": None,
     "compile": False,
+    "clone_episodes": 0,
+    "clone_steps": 300,
+    "clone_lr": 1e-3,
 }
 """Settings of a new run, as given (None: derived from the task). A resumed run takes them from
 its checkpoint instead, so a default stays a default if the task changes; a config file's
@@ -105,6 +110,13 @@ def add_ppo_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--save-every", type=int, help="write a checkpoint every R rounds, and after the last (default 1)")
     p.add_argument("--resume", help="continue from this checkpoint (settings and knobs come from it unless given)")
+    p.add_argument(
+        "--clone-episodes",
+        type=int,
+        help="warm start: before PPO, clone the task's tuned heuristic from this many of its episodes (default 0)",
+    )
+    p.add_argument("--clone-steps", type=int, help="full-batch Adam steps of the cloning (default 300)")
+    p.add_argument("--clone-lr", type=float, help="learning rate of the cloning (default 1e-3)")
 
 
 @dataclass
@@ -203,11 +215,16 @@ def check_counts(settings: dict[str, Any]) -> None:
     check_minimum("--episodes", settings["episodes"], 1)
     check_minimum("--n-envs", settings["n_envs"], 1)
     check_minimum("--seed", settings["seed"], 0)
-    if settings["seed"] + settings["episodes"] > MAX_RNG_SEED:
-        raise UsageError(f"--seed must be < {MAX_RNG_SEED - settings['episodes']}, got {settings['seed']}")
+    seeds_used = settings["episodes"] + settings["clone_episodes"]
+    if settings["seed"] + seeds_used > MAX_RNG_SEED:
+        raise UsageError(f"--seed must be < {MAX_RNG_SEED - seeds_used}, got {settings['seed']}")
     check_minimum("--max-germinations", settings["max_germinations"], 0)
     check_minimum("--save-every", settings["save_every"], 1)
     check_minimum("--hidden", settings["hidden"], 1)
+    check_minimum("--clone-episodes", settings["clone_episodes"], 0)
+    check_minimum("--clone-steps", settings["clone_steps"], 1)
+    if not settings["clone_lr"] > 0:
+        raise UsageError(f"--clone-lr must be > 0, got {settings['clone_lr']}")
 
 
 def resolve_devices(settings: dict[str, Any], ctx: DistContext) -> tuple[torch.device, list[torch.device]]:
@@ -268,6 +285,35 @@ def build(run: PPORun, emit) -> tuple[MorphogeneticEnvs, Learner]:
     return envs, learner
 
 
+def warm_start(run: PPORun, envs: MorphogeneticEnvs, learner: Learner, quiet: bool) -> None:
+    """Clone the task's tuned heuristic (`esper.simic.cloning`) from its episodes on the seeds
+    after the run's own (recorded as training seeds). Every rank clones the same episodes, so
+    the ranks' policies stay equal with no communication."""
+    n, first = run.settings["clone_episodes"], run.config.rng_seed + run.config.episodes
+    allowed = envs.spaces.actions.blueprints
+    config = tuned_heuristic(run.task.name)
+    rotation = [b for b in (config.blueprint_order or PREFERRED_BLUEPRINTS[run.task.topology]) if b in allowed]
+    heuristic = HeuristicController(
+        run.task.topology, run.env.enabled_slots, rotation or allowed, config, run.env.thresholds
+    )
+    demos = []
+    for i in range(n):
+        demos.append(
+            demonstrate(envs.all_envs[0], heuristic, envs.spaces, envs.reward, first + i, run.config.episodes + i)
+        )
+        if not quiet:
+            print(f"warm start: heuristic episode {i + 1}/{n} (seed {first + i}) recorded", file=sys.stderr, flush=True)
+    before, after = clone(learner, demos, run.settings["clone_steps"], run.settings["clone_lr"])
+    envs.trained_rng_seeds.extend(range(first, first + n))
+    if not quiet:
+        print(
+            f"warm start: cloned {n} tuned-heuristic episodes (seeds {first}..{first + n - 1}): greedy agreement "
+            f"{before.agreement:.2f} -> {after.agreement:.2f}, action NLL {before.action_nll:.3f} -> "
+            f"{after.action_nll:.3f}",
+            flush=True,
+        )
+
+
 def envs_per_device(envs: list) -> str:
     counts: dict[str, int] = {}
     for env in envs:
@@ -293,6 +339,8 @@ def run_ppo(run: PPORun) -> dict[str, Any]:
     started = time.perf_counter()
     try:
         envs, learner = build(run, hub.emit)
+        if run.resume is None and run.settings["clone_episodes"] > 0:
+            warm_start(run, envs, learner, quiet)
         remaining = run.config.episodes - learner.episodes_done
         if main_rank:
             print(start_line(run, envs, learner, remaining), flush=True)

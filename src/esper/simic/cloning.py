@@ -156,17 +156,19 @@ def measure(policy: RecurrentPolicy, batch: CloningBatch) -> CloningStats:
 
 
 def clone(
-    learner: Learner, demonstrations: list[Demonstration], epochs: int, vf_coef: float = 0.5
+    learner: Learner, demonstrations: list[Demonstration], steps: int, learning_rate: float, vf_coef: float = 0.5
 ) -> tuple[CloningStats, CloningStats]:
-    """Fit the learner's policy to `demonstrations` with `epochs` full-batch steps of its
-    optimizer; the fit (before, after)."""
+    """Fit the learner's policy to `demonstrations` with `steps` full-batch Adam steps (an
+    optimizer of its own, so PPO's starts with no moments from another loss); the fit
+    (before, after)."""
     batch = cloning_batch(learner, demonstrations)
     policy = learner.policy
+    optimizer = torch.optim.Adam(policy.parameters(), lr=learning_rate, eps=1e-5)
     before = measure(policy.eval(), batch)
     policy.train()
-    for _ in range(epochs):
+    for _ in range(steps):
         nll, value_loss = cloning_losses(policy, batch)
-        learner.optimizer.zero_grad()
+        optimizer.zero_grad()
         (nll + vf_coef * value_loss).backward()
-        learner.optimizer.step()
+        optimizer.step()
     return before, measure(policy.eval(), batch)
