@@ -81,15 +81,6 @@ def candidates(n: int, preferred: tuple[str, ...], rng: random.Random) -> list[d
     return chosen
 
 
-def heuristic_config(knobs: dict[str, Any]) -> HeuristicConfig:
-    from esper.leyline import BlendSchedule
-
-    values = dict(knobs)
-    values["schedule"] = BlendSchedule[values["schedule"]]
-    values["blueprint_order"] = tuple(values["blueprint_order"])
-    return HeuristicConfig(**values)
-
-
 def episode(task_name: str, index: int, knobs: dict[str, Any], rng_seed: int, max_epochs: int) -> dict[str, Any]:
     """One episode of one candidate; runs in a worker process. Records no test accuracy."""
     torch.set_num_threads(1)
@@ -97,7 +88,7 @@ def episode(task_name: str, index: int, knobs: dict[str, Any], rng_seed: int, ma
     data = task.load_data(task.resolve_data_dir(None))
     config = EnvConfig(task, torch.device("cpu"), max_epochs, task.slot_names, DEFAULT_MAX_GERMINATIONS)
     controller = HeuristicController(
-        task.topology, task.slot_names, config=heuristic_config(knobs), thresholds=config.thresholds
+        task.topology, task.slot_names, config=HeuristicConfig().with_knobs(knobs), thresholds=config.thresholds
     )
     outcome = run_episode(MorphogeneticEnv(config, data), controller, rng_seed=rng_seed, episode=rng_seed)
     price = RewardConfig().param_price

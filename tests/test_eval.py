@@ -146,3 +146,22 @@ def test_a_learned_controller_is_compared_with_every_baseline() -> None:
         for name, kind in [("static", "static"), ("heuristic", "heuristic"), ("policy:a", "policy")]
     )
     assert pairs(specs) == [("heuristic", "static"), ("policy:a", "static"), ("policy:a", "heuristic")]
+
+
+def test_a_heuristic_file_holds_the_schedule_by_name_and_the_order_as_a_list(tmp_path: Path) -> None:
+    """TOML has no enums or tuples: the file's plain values become the knobs' types (a string
+    schedule reached the controller's decisions before)."""
+    from esper.leyline import BlendSchedule
+    from esper.scripts.common import UsageError
+    from esper.scripts.evaluate import heuristic_from_file
+    from esper.tamiyo import HeuristicConfig
+
+    good = tmp_path / "h.toml"
+    good.write_text('[heuristic]\nschedule = "SIGMOID"\nblueprint_order = ["norm", "depthwise"]\n')
+    config = heuristic_from_file(str(good), HeuristicConfig(warmup_epochs=9))
+    assert config.schedule is BlendSchedule.SIGMOID and config.blueprint_order == ("norm", "depthwise")
+    assert config.warmup_epochs == 9
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[heuristic]\nschedule = "CUBIC"\n')
+    with pytest.raises(UsageError, match="'CUBIC'; choose from: LINEAR SIGMOID"):
+        heuristic_from_file(str(bad), HeuristicConfig())

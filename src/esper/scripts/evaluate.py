@@ -195,7 +195,7 @@ def heuristic_from_file(path: str, defaults: HeuristicConfig) -> HeuristicConfig
     """A file's `[heuristic]` table over `defaults`; anything else in the file is an error."""
     _, knobs = split_config(read_config_file(path), (), {"heuristic": HeuristicConfig}, f"heuristic:{path}")
     try:
-        return dataclasses.replace(defaults, **knobs.get("heuristic", {}))
+        return defaults.with_knobs(knobs.get("heuristic", {}))
     except (TypeError, ValueError) as exc:
         raise UsageError(f"heuristic:{path}: {exc}") from None
 

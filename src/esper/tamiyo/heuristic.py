@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +52,23 @@ class HeuristicConfig:
     """Each slot's blueprint rotation, first choice first; empty: the topology's preferred order
     (most parameters first)."""
 
+    def with_knobs(self, knobs: dict[str, Any]) -> HeuristicConfig:
+        """These knobs with some replaced by plain values, as a file or JSON holds them (the
+        schedule by name, the blueprint order as a list); an unknown knob is a ValueError."""
+        valid = {f.name for f in fields(self)}
+        unknown = sorted(set(knobs) - valid)
+        if unknown:
+            raise ValueError(f"unknown heuristic knob {unknown[0]!r}; valid: {' '.join(sorted(valid))}")
+        values = dict(knobs)
+        if isinstance(values.get("schedule"), str):
+            names = " ".join(s.name for s in BlendSchedule)
+            if values["schedule"] not in BlendSchedule.__members__:
+                raise ValueError(f"unknown blend schedule {values['schedule']!r}; choose from: {names}")
+            values["schedule"] = BlendSchedule[values["schedule"]]
+        if "blueprint_order" in values:
+            values["blueprint_order"] = tuple(values["blueprint_order"])
+        return replace(self, **values)
+
 
 def tuned_heuristic_knobs(task_name: str) -> dict[str, Any]:
     """The tuned knobs of a task (empty where none were tuned), as a config file's `[heuristic]`
@@ -60,21 +77,16 @@ def tuned_heuristic_knobs(task_name: str) -> dict[str, Any]:
     if not path.is_file():
         return {}
     knobs = json.loads(path.read_text(encoding="utf-8"))["heuristic"]
-    valid = {f.name for f in fields(HeuristicConfig)}
-    unknown = sorted(set(knobs) - valid)
-    if unknown:
-        raise ValueError(f"{path}: unknown heuristic knob {unknown[0]!r}; valid: {' '.join(sorted(valid))}")
+    try:
+        HeuristicConfig().with_knobs(knobs)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{path}: {exc}") from None
     return knobs
 
 
 def tuned_heuristic(task_name: str) -> HeuristicConfig:
     """The heuristic of a task: its tuned knobs over the built-in defaults."""
-    knobs = dict(tuned_heuristic_knobs(task_name))
-    if "schedule" in knobs:
-        knobs["schedule"] = BlendSchedule[knobs["schedule"]]  # stored by name, as config.json stores enums
-    if "blueprint_order" in knobs:
-        knobs["blueprint_order"] = tuple(knobs["blueprint_order"])
-    return HeuristicConfig(**knobs)
+    return HeuristicConfig().with_knobs(tuned_heuristic_knobs(task_name))
 
 
 class HeuristicController:
