@@ -10,8 +10,8 @@ could be the task or the learner. Classic control separates the two, with one se
 `final_mean_return` is the mean of the last 20 completed training episodes, sampled from the
 stochastic policy.
 
-Hyperparameters: `esper.simic.gymnasium_envs.default_ppo` (learning rate 1e-3 decayed linearly to
-0 over the run, entropy 0.01, 4 epochs of 4 minibatches, no KL early stop, advantages not
+Hyperparameters: `esper.simic.gymnasium_envs.default_ppo` (learning rate 1e-3 and entropy bonus 0.01,
+both decayed linearly to 0 over the run, 4 epochs of 4 minibatches, no KL early stop, advantages not
 normalized), 8 envs x 128 steps a round, 64 hidden units in separate actor and critic trunks,
 observations normalized and rewards scaled by the running spread of the discounted return
 (`train_gym`'s defaults). Prints one JSON object; progress goes to stderr.
