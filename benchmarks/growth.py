@@ -1,6 +1,6 @@
 """Does growth pay? Three arms on the same seeds, compared paired on the test split.
 
-- grown: the heuristic controller with every slot and the default germination budget;
+- grown: the task's (tuned) heuristic controller with every slot and the default germination budget;
 - static: the same host, never grown (`max_germinations` 0);
 - matched: a static host widened to about the grown arm's mean parameter count (host plus kept
   seeds), trained from the start: is growing better than simply starting bigger?
@@ -29,7 +29,7 @@ import torch
 
 from esper.karn import estimate, paired_difference
 from esper.scripts.train import DEFAULT_MAX_GERMINATIONS
-from esper.tamiyo import HeuristicController
+from esper.tamiyo import HeuristicController, tuned_heuristic
 from esper.tolaria import EnvConfig, MorphogeneticEnv, get_task
 from esper.tolaria.episode import run_episode
 
@@ -42,7 +42,9 @@ def episode(task_name: str, arm: str, rng_seed: int, max_epochs: int, host_width
     slots = task.slot_names
     max_germinations = DEFAULT_MAX_GERMINATIONS if arm == "grown" else 0
     config = EnvConfig(task, torch.device("cpu"), max_epochs, slots, max_germinations, host_width=host_width)
-    controller = HeuristicController(task.topology, slots, thresholds=config.thresholds)
+    controller = HeuristicController(
+        task.topology, slots, config=tuned_heuristic(task.name), thresholds=config.thresholds
+    )
     outcome = run_episode(MorphogeneticEnv(config, data), controller, rng_seed=rng_seed, episode=rng_seed)
     return {
         "arm": arm,

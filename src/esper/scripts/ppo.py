@@ -57,8 +57,7 @@ from esper.simic.cloning import clone, demonstrate
 from esper.simic.distributed import SINGLE_PROCESS, DistContext, init_distributed
 from esper.simic.loop import Learner
 from esper.simic.morphogenetic_envs import MorphogeneticEnvs, TrainerConfig, build_trainer, run_round
-from esper.tamiyo import PREFERRED_BLUEPRINTS, HeuristicController, PolicySpaces
-from esper.tamiyo.heuristic import tuned_heuristic
+from esper.tamiyo import PREFERRED_BLUEPRINTS, HeuristicController, PolicySpaces, tuned_heuristic
 from esper.tolaria import DEFAULT_TASK, EnvConfig, TaskSpec
 from esper.tolaria.datasets import TaskData
 from esper.tolaria.training import PRECISIONS

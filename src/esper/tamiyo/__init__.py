@@ -1,7 +1,8 @@
 """Tamiyo: the controller. The observation a learned policy sees, its masked factored action
 space and the distributions over it, the recurrent policy network (which acts and evaluates),
-the heuristic policy that decides when, where and what to grow, and the static and random
-baselines. It reads the training signals of `esper.leyline`."""
+the heuristic policy that decides when, where and what to grow (with its tuned knobs per task),
+the static and random baselines, and the diagnostics of a learned controller's decisions. It
+reads the training signals of `esper.leyline`."""
 
 from esper.tamiyo.actions import HEADS, ActionSpace
 from esper.tamiyo.baselines import RandomController, StaticController
@@ -13,7 +14,7 @@ from esper.tamiyo.distributions import (
     sample_factored,
 )
 from esper.tamiyo.features import GLOBAL_FEATURES, ObservationLayout
-from esper.tamiyo.heuristic import PREFERRED_BLUEPRINTS, HeuristicConfig, HeuristicController
+from esper.tamiyo.heuristic import PREFERRED_BLUEPRINTS, HeuristicConfig, HeuristicController, tuned_heuristic
 from esper.tamiyo.policy import RecurrentPolicy
 from esper.tamiyo.spaces import PolicySpaces
 
@@ -34,4 +35,5 @@ __all__ = [
     "StaticController",
     "evaluate_factored",
     "sample_factored",
+    "tuned_heuristic",
 ]
