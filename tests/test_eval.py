@@ -64,6 +64,10 @@ def test_eval_writes_one_entry_per_seed_and_paired_differences(
         assert {"test_accuracy", "val_accuracy", "seed_params", "seconds"} <= set(values)
         assert all(len(v) == 2 for v in values.values())
     assert report["controllers"]["static"]["seed_params"] == [0, 0]
+    assert report["controllers"]["static"]["grown_seeds"] == [[], []]
+    for episode in report["controllers"]["random"]["grown_seeds"]:
+        for record in episode:
+            assert record["slot"] in ("early", "mid", "late") and record["stage_history"][0][1] == "GERMINATED"
     static, random = report["controllers"]["static"], report["controllers"]["random"]
     difference = report["paired"]["random - static"]["mean"]
     assert difference == pytest.approx(sum(random["test_accuracy"]) / 2 - sum(static["test_accuracy"]) / 2)

@@ -87,6 +87,18 @@ RUN_FILES = ("eval.json", "config.json")
 BASELINES = ("static", "matched", "heuristic", "random")
 """What a learned controller is compared against, paired, in this order."""
 GROWING = ("heuristic", "random", "policy")
+EPISODE_KEYS = (
+    "test_accuracy",
+    "val_accuracy",
+    "seed_params",
+    "host_params",
+    "fossilized",
+    "culled",
+    "seconds",
+    "grown_seeds",
+)
+"""What eval.json lists per controller, one entry per RNG seed; `grown_seeds` holds the record of
+every seed module the episode grew (slot, blueprint, stage history with epochs, final stage)."""
 CONTROLLER_HELP = "static matched heuristic[:FILE] random policy:PATH"
 
 
@@ -314,6 +326,7 @@ def episode_result(job: EpisodeJob) -> dict[str, Any]:
         "fossilized": sum(r.final_stage == "FOSSILIZED" for r in outcome.records),
         "culled": sum(r.final_stage == "CULLED" for r in outcome.records),
         "seconds": outcome.seconds,
+        "grown_seeds": [record.to_json() for record in outcome.records],
         "diagnostics": diagnostics.state() if diagnostics else None,
     }
 
@@ -349,8 +362,7 @@ def comparison(run: EvalRun, results: list[dict[str, Any]], width: int | None) -
     by_name: dict[str, dict[str, list]] = {}
     for spec in run.controllers:
         rows = sorted((r for r in results if r["controller"] == spec.name), key=lambda r: r["seed"])
-        keys = ("test_accuracy", "val_accuracy", "seed_params", "host_params", "fossilized", "culled", "seconds")
-        by_name[spec.name] = {key: [r[key] for r in rows] for key in keys}
+        by_name[spec.name] = {key: [r[key] for r in rows] for key in EPISODE_KEYS}
     test = {name: values["test_accuracy"] for name, values in by_name.items()}
     policies = {s.name for s in run.controllers if s.kind == "policy"}
     return {

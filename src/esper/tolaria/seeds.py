@@ -44,6 +44,7 @@ class SeedRecord:
     def to_json(self) -> dict[str, object]:
         return {
             "seed_id": self.seed_id,
+            "slot": self.slot,
             "blueprint": self.blueprint,
             "schedule": self.schedule,
             "param_count": self.param_count,
