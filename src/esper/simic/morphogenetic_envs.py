@@ -136,8 +136,9 @@ class MorphogeneticEnvs:
     def step(self, ids: list[int], sample: FactoredSample) -> EnvStep:
         decisions = [self.spaces.actions.decode(*row) for row in sample.actions.tolist()]
         assert sample.pair_probs is not None  # the op and slot heads
+        pair_probs = sample.pair_probs.cpu()  # one copy for the step, not one per env
         for row, i in enumerate(ids):
-            self.keep_cull.record(self.signals[i], sample.pair_probs[row].cpu())
+            self.keep_cull.record(self.signals[i], pair_probs[row])
         results = self.train_epoch(ids, decisions)
         rewards, terminated = [], []
         for i, decision, result in zip(ids, decisions, results, strict=True):
