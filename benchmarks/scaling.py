@@ -7,6 +7,9 @@ policy-DDP efficiency of 2 ranks against 1 (gloo on CPU, NCCL when `--device cud
 - DDP: `--rounds` PPO rounds of `--ddp-envs` envs per rank, each rank in its own process with one
   thread, timed between barriers; efficiency = throughput(2 ranks) / (2 x throughput(1 rank)).
   On a machine with fewer free cores than ranks x threads this measures contention, not DDP.
+  With one GPU the 2-rank figure is skipped (NCCL needs a device per rank).
+- on CUDA, `gpu_busy`: the fraction of one epoch's wall time that the GPU runs kernels, and the
+  kernel launches per env-epoch, with 1 and 4 envs (under the profiler, so a little low).
 
 Prints one JSON object. Usage: python benchmarks/scaling.py [--device cpu] [--epochs 3]
 """
@@ -16,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import socket
 import sys
 import tempfile
@@ -52,6 +56,30 @@ def host_epochs_per_second(n_envs: int, device: torch.device, epochs: int) -> fl
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     return n_envs * epochs / (time.perf_counter() - start)
+
+
+def gpu_busy_fraction(n_envs: int, device: torch.device) -> dict[str, float]:
+    """Kernel time / wall time over one timed epoch of `n_envs` envs, under the profiler.
+
+    Why: host-epochs per second alone cannot say whether a GPU is saturated or idle between
+    launches; the fraction of wall time its kernels run (and the launches per env-epoch) can.
+    """
+    from torch.profiler import ProfilerActivity, profile
+
+    envs, _ = make_trainer(n_envs, device, max_epochs=3)
+    envs.begin_round()
+    ids = list(range(n_envs))
+    envs.train_epoch(ids, [Decision.wait()] * n_envs)  # warm-up
+    torch.cuda.synchronize(device)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        start = time.perf_counter()
+        envs.train_epoch(ids, [Decision.wait()] * n_envs)
+        torch.cuda.synchronize(device)
+        wall = time.perf_counter() - start
+    events = prof.key_averages()
+    kernel_seconds = sum(e.self_device_time_total for e in events) / 1e6
+    launches = sum(e.count for e in events if e.key.startswith("cudaLaunchKernel"))
+    return {"busy_fraction": round(kernel_seconds / wall, 3), "kernel_launches_per_env_epoch": launches // n_envs}
 
 
 def ddp_worker(rank: int, world_size: int, port: int, rounds: int, n_envs: int, device: str, out: str) -> None:
@@ -104,19 +132,25 @@ def main() -> int:
     threads = torch.get_num_threads()
     one = ddp_throughput(1, args.rounds, args.ddp_envs, args.device)
     torch.set_num_threads(threads)
-    two = ddp_throughput(2, args.rounds, args.ddp_envs, args.device)
-    print(
-        json.dumps(
-            {
-                "device": str(device),
-                "host_epochs_per_second": envs,
-                "ddp_steps_per_second": {"1": round(one, 3), "2": round(two, 3)},
-                "ddp_efficiency": round(two / (2 * one), 3),
-                "cpu_count": os.cpu_count(),
-                "torch": torch.__version__,
-            }
-        )
-    )
+    figures = {
+        "device": str(device),
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor(),
+        "host_epochs_per_second": envs,
+        "ddp_steps_per_second": {"1": round(one, 3)},
+        "cpu_count": os.cpu_count(),
+        "torch": torch.__version__,
+    }
+    if device.type == "cuda":
+        figures["gpu_busy"] = {str(n): gpu_busy_fraction(n, device) for n in (1, 4)}
+    # NCCL refuses two ranks on one GPU, so the 2-rank figure needs a second device.
+    if device.type == "cuda" and torch.cuda.device_count() < 2:
+        figures["ddp_efficiency"] = None
+        figures["ddp_skipped"] = f"needs 2 CUDA devices, found {torch.cuda.device_count()}"
+    else:
+        two = ddp_throughput(2, args.rounds, args.ddp_envs, args.device)
+        figures["ddp_steps_per_second"]["2"] = round(two, 3)
+        figures["ddp_efficiency"] = round(two / (2 * one), 3)
+    print(json.dumps(figures))
     return 0
 
 

@@ -30,7 +30,7 @@ def run_episode(env, germinate_at: int = 1) -> list[float]:
 
 def test_each_env_owns_a_stream_and_trains_finite_with_a_seed() -> None:
     a, b = make_env(max_epochs=4, device=CUDA), make_env(max_epochs=4, device=CUDA)
-    assert a.stream is not None and a.stream != b.stream
+    assert a.passes.stream is not None and a.passes.stream != b.passes.stream
     gpu = run_episode(a)
     assert all(math.isfinite(x) for x in gpu)
     assert a.model.slot("mid").seed is not None and next(a.model.parameters()).is_cuda
