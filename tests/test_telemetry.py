@@ -64,15 +64,22 @@ def epoch_event(epoch: int, episode: int = 0, **extra) -> Event:
 
 
 def test_event_to_json() -> None:
-    event = Event("stage_change", 2, 7, {"slot": "mid", "target": "BLENDING"})
+    event = Event("stage_change", 2, 7, {"slot": "mid", "target": "BLENDING"}, time=1700000000.5)
     assert event.to_json() == {
         "kind": "stage_change",
         "episode": 2,
         "epoch": 7,
+        "time": 1700000000.5,
         "slot": "mid",
         "target": "BLENDING",
     }
-    assert Event("x", 0, 0).to_json() == {"kind": "x", "episode": 0, "epoch": 0}
+    assert Event("x", 0, 0, time=1.0).to_json() == {"kind": "x", "episode": 0, "epoch": 0, "time": 1.0}
+
+
+def test_events_carry_the_wall_clock_time_they_happened() -> None:
+    before = time.time()
+    event = Event("x", 0, 0)
+    assert before <= event.time <= time.time()
     assert json.loads(json.dumps(event.to_json())) == event.to_json()
 
 

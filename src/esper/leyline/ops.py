@@ -52,6 +52,17 @@ class Decision:
     def wait(cls, reason: str = "") -> Decision:
         return cls(LifecycleOp.WAIT, reason=reason)
 
+    def to_json(self) -> dict[str, str | None]:
+        """The decision as plain fields, so run files can be filtered by op or slot without parsing."""
+        schedule = self.schedule.name.lower() if self.op is LifecycleOp.GERMINATE else None
+        return {
+            "op": self.op.name,
+            "slot": self.slot,
+            "blueprint": self.blueprint,
+            "schedule": schedule,
+            "reason": self.reason,
+        }
+
     def __repr__(self) -> str:
         parts = [self.op.name] + [p for p in (self.slot, self.blueprint) if p is not None]
         if self.op is LifecycleOp.GERMINATE:

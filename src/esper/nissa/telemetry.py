@@ -6,6 +6,7 @@ import json
 import queue
 import sys
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TextIO
@@ -19,9 +20,11 @@ class Event:
     episode: int
     epoch: int
     data: dict[str, Any] = field(default_factory=dict)
+    time: float = field(default_factory=time.time)
+    """Wall-clock seconds since the epoch when it happened (not when a backend wrote it)."""
 
     def to_json(self) -> dict[str, Any]:
-        return {"kind": self.kind, "episode": self.episode, "epoch": self.epoch, **self.data}
+        return {"kind": self.kind, "episode": self.episode, "epoch": self.epoch, "time": self.time, **self.data}
 
 
 class Backend(Protocol):

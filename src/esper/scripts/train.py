@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+import esper
 from esper.karn import episode_summary, write_json_atomic
 from esper.kasmina.blueprints import blueprint_names
 from esper.nissa import ConsoleBackend, JsonlBackend, TelemetryError, TelemetryHub
@@ -75,6 +76,7 @@ HEURISTIC_DEFAULTS: dict[str, Any] = {
 
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="esper", description="Grow morphogenetic networks.")
+    parser.add_argument("--version", action="version", version=f"esper {esper.__version__} (torch {torch.__version__})")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
     h = add_command(sub, "heuristic", "train with the rule-based controller", HEURISTIC_GROUPS)
     h.add_argument("--episodes", type=int, help="independent training runs, seeds S, S+1, ... (default 1)")

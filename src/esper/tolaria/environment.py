@@ -70,6 +70,11 @@ class EnvConfig:
     grown host's size)."""
 
     def __post_init__(self) -> None:
+        if not isinstance(self.device, torch.device):
+            raise TypeError(
+                f"EnvConfig.device must be a torch.device, got {type(self.device).__name__} {self.device!r}; "
+                f"pass torch.device({self.device!r})"
+            )
         if self.max_epochs < 1:
             raise ValueError(f"max_epochs must be >= 1, got {self.max_epochs}")
         if self.max_germinations < 0:

@@ -70,7 +70,7 @@ class EnvEvents:
             for s in signals.slots
         ]
         data = {
-            "decision": repr(decision),
+            "decision": decision.to_json(),
             "train_loss": signals.train_loss,
             "train_accuracy": signals.train_accuracy,
             "val_loss": signals.val_loss,
