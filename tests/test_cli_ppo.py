@@ -9,12 +9,15 @@ from pathlib import Path
 import pytest
 import torch
 
+import esper
 from conftest import tiny_shapes_task, tiny_text_task, tree
 from esper.scripts.train import main
 from esper.simic.checkpoint import CHECKPOINT_FORMAT
 from esper.simic.morphogenetic_envs import TIMING_METRICS
 from esper.tolaria import TASKS
+from esper.tolaria.grown import read_grown
 from test_cli import check_usage_error
+from test_grown import plain_test_accuracy
 
 TINY = ["--n-envs", "2", "--max-epochs", "2", "--quiet"]
 
@@ -52,6 +55,12 @@ def test_a_run_writes_metrics_summary_and_checkpoints(tiny_tasks, workdir: Path,
     checkpoint = torch.load(run_dir / "checkpoints" / "round-0002.pt", weights_only=True)
     assert checkpoint["learner"]["round"] == 2 and checkpoint["settings"]["n_envs"] == 2
     assert not (workdir / "runs").exists()
+    grown = sorted(p.name for p in (run_dir / "grown").iterdir())
+    assert grown == ["round-0002-env-00.pt", "round-0002-env-01.pt"]  # the last round's networks
+    for i, name in enumerate(grown):
+        record = read_grown(run_dir / "grown" / name)["record"]
+        assert record["round"] == 2 and record["env"] == i
+        assert plain_test_accuracy(esper.load_grown(run_dir / "grown" / name)) == record["final_test_accuracy"]
 
 
 def test_resume_continues_exactly(tiny_tasks, workdir: Path, tmp_path: Path) -> None:

@@ -2,8 +2,16 @@
 files atomically so a crash never leaves a half-written report, and compares runs paired over
 seeds."""
 
-from esper.karn.files import write_atomic, write_json_atomic
+from esper.karn.files import write_atomic, write_json_atomic, write_torch_atomic
 from esper.karn.report import episode_summary
 from esper.karn.stats import Estimate, estimate, paired_difference
 
-__all__ = ["Estimate", "episode_summary", "estimate", "paired_difference", "write_atomic", "write_json_atomic"]
+__all__ = [
+    "Estimate",
+    "episode_summary",
+    "estimate",
+    "paired_difference",
+    "write_atomic",
+    "write_json_atomic",
+    "write_torch_atomic",
+]

@@ -43,3 +43,10 @@ def write_json_atomic(path: Path, obj: Any) -> None:
     """`obj` as indented JSON (NaN and infinity refused), written atomically."""
     text = json.dumps(obj, indent=2, allow_nan=False) + "\n"
     write_atomic(path, lambda f: f.write(text.encode("utf-8")))
+
+
+def write_torch_atomic(path: Path, obj: Any) -> None:
+    """`obj` through `torch.save` (a checkpoint, a grown network), written atomically."""
+    import torch  # only the files that hold tensors need it
+
+    write_atomic(path, lambda f: torch.save(obj, f))

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from esper.karn import write_json_atomic
+from esper.karn import write_json_atomic, write_torch_atomic
 from esper.kasmina.blueprints import blueprint_names
 from esper.nissa import JsonlBackend, TelemetryHub
 from esper.scripts.common import (
@@ -62,7 +62,7 @@ from esper.tolaria import DEFAULT_TASK, EnvConfig, TaskSpec
 from esper.tolaria.datasets import TaskData
 from esper.tolaria.training import PRECISIONS
 
-RUN_FILES = ("metrics.jsonl", "summary.json", "events.jsonl", "checkpoints", "config.json")
+RUN_FILES = ("metrics.jsonl", "summary.json", "events.jsonl", "checkpoints", "config.json", "grown")
 MAX_RNG_SEED = 2**62
 
 DEFAULTS: dict[str, Any] = {
@@ -403,6 +403,24 @@ def record_round(run: PPORun, envs: MorphogeneticEnvs, learner: Learner, row: di
         f.write(json.dumps(row, allow_nan=False) + "\n")
     if payload is not None:
         save_checkpoint(checkpoint_path(run.run_dir, learner.round), payload)
+    if final:
+        save_grown_networks(run.run_dir / "grown", envs, learner.round)
+
+
+def save_grown_networks(folder: Path, envs: MorphogeneticEnvs, round_index: int) -> None:
+    """The networks this rank's envs grew in the round (`round-NNNN-env-MM.pt`, for
+    `esper.load_grown`), with what each episode measured beside them."""
+    for i, env in enumerate(envs.envs):
+        signals = envs.signals[i]
+        record = {
+            "round": round_index,
+            "env": i,
+            "final_test_accuracy": envs.last_test_accuracy[i],
+            "final_val_accuracy": signals.val_accuracy,
+            "host_params": signals.host_params,
+            "seed_params": signals.seed_params,
+        }
+        write_torch_atomic(folder / f"round-{round_index:04d}-env-{i:02d}.pt", env.grown_network(record))
 
 
 def start_line(run: PPORun, envs: MorphogeneticEnvs, learner: Learner, remaining: int) -> str:

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 import esper
-from esper.karn import episode_summary, write_json_atomic
+from esper.karn import episode_summary, write_json_atomic, write_torch_atomic
 from esper.kasmina.blueprints import blueprint_names
 from esper.nissa import ConsoleBackend, JsonlBackend, TelemetryError, TelemetryHub
 from esper.scripts.common import (
@@ -57,7 +57,7 @@ from esper.tolaria.episode import run_episode
 
 DEFAULT_MAX_GERMINATIONS = 6
 MAX_RNG_SEED = 2**63 - 1
-RUN_FILES = ("summary.json", "events.jsonl", "config.json")
+RUN_FILES = ("summary.json", "events.jsonl", "config.json", "grown")
 
 
 HEURISTIC_DEFAULTS: dict[str, Any] = {
@@ -162,7 +162,9 @@ def run_heuristic(run: HeuristicRun) -> dict:
     outcomes = []
     try:
         for i in range(run.episodes):
-            outcomes.append(run_episode(env, controller, rng_seed=run.rng_seed + i, episode=i))
+            outcome = run_episode(env, controller, rng_seed=run.rng_seed + i, episode=i)
+            write_torch_atomic(run.run_dir / "grown" / f"episode-{i:04d}.pt", env.grown_network(outcome.to_json()))
+            outcomes.append(outcome)
     finally:
         hub.close()
     slot_names = [s.name for s in env.model.slot_ids] if env.model is not None else list(run.env.enabled_slots)

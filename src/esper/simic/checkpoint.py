@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from esper.karn import write_atomic
+from esper.karn import write_torch_atomic
 from esper.simic.distributed import SINGLE_PROCESS, DistContext
 from esper.simic.loop import Learner
 
@@ -50,7 +50,7 @@ REQUIRED_KEYS: dict[str, tuple[str, ...]] = {
 
 def save_checkpoint(path: Path, payload: dict[str, Any]) -> None:
     """Write atomically: a crash leaves either the old file or the new one, never half of one."""
-    write_atomic(path, lambda f: torch.save({"format": CHECKPOINT_FORMAT, **payload}, f))
+    write_torch_atomic(path, {"format": CHECKPOINT_FORMAT, **payload})
 
 
 def load_checkpoint(path: Path) -> dict[str, Any]:

@@ -86,6 +86,8 @@ class MorphogeneticEnvs:
         self.data: TaskData = envs[0].passes.data
         self.max_round_steps = envs[0].config.max_epochs
         self.envs: list[MorphogeneticEnv] = []
+        self.last_test_accuracy: list[float] = []
+        """Each env's test accuracy at the end of the last finished round (reports only)."""
         self.trained_rng_seeds: list[int] = []
         """Every RNG seed an episode of this run has trained on (all ranks'), in episode order: a
         checkpoint records them so that evaluation can refuse them."""
@@ -176,6 +178,7 @@ class MorphogeneticEnvs:
         its episode, outside anything the policy sees or is rewarded for."""
         n = self.n_envs
         test_accuracy = [env.evaluate_test().accuracy for env in self.envs]
+        self.last_test_accuracy = test_accuracy
         row = common_metrics(self.learner, done, HEADS)
         row.update(
             {

@@ -27,6 +27,7 @@ import itertools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -36,6 +37,7 @@ from esper.nissa import Event
 from esper.tolaria.datasets import TaskData
 from esper.tolaria.events import EnvClock, EnvEvents
 from esper.tolaria.governor import Governor, GovernorConfig
+from esper.tolaria.grown import grown_payload
 from esper.tolaria.passes import DevicePasses
 from esper.tolaria.rng import draw_rng_seed, seeded_init
 from esper.tolaria.rollback import RollbackKeeper
@@ -254,6 +256,16 @@ class MorphogeneticEnv:
         if self.model is None or not self.episode_over:
             raise RuntimeError("the test split is read only once an episode is over")
         return self.passes.measure_test(self.model)
+
+    def grown_network(self, record: dict[str, Any]) -> dict[str, Any]:
+        """The episode's network as a grown-network file's contents (`esper.tolaria.grown`), with
+        `record` (what the episode measured) beside it. Only once the episode is over."""
+        if self.model is None or not self.episode_over:
+            raise RuntimeError("a grown network is saved only once its episode is over")
+        stats = self.passes.inference_batchnorm_stats(self.model)
+        c = self.config
+        width = c.task.host_width if c.host_width is None else c.host_width
+        return grown_payload(self.model, c.task.name, width, stats, c.amp, record)
 
     @property
     def episode_over(self) -> bool:

@@ -13,8 +13,9 @@ import contextlib
 import torch
 
 from esper.kasmina import MorphogeneticModel
+from esper.kasmina.model import BatchNormStats
 from esper.tolaria.datasets import TaskData
-from esper.tolaria.training import Precision, TrainingEpoch, ValidationStats, validate
+from esper.tolaria.training import Precision, TrainingEpoch, ValidationStats, recalibrate_batchnorm, validate
 
 VALIDATION_BATCH_SIZE = 500
 
@@ -74,3 +75,11 @@ class DevicePasses:
                 self.amp,
                 self.data.calibration_batches(VALIDATION_BATCH_SIZE),
             )
+
+    def inference_batchnorm_stats(self, model: MorphogeneticModel) -> BatchNormStats:
+        """The BatchNorm statistics `measure_test` normalises with (the same calibration batches
+        and procedure), for writing into a network saved for inference."""
+        self.join()
+        with self.on_stream():
+            calibration = self.data.calibration_batches(VALIDATION_BATCH_SIZE)
+            return recalibrate_batchnorm(model, calibration, (), self.amp).model

@@ -1,0 +1,83 @@
+"""The network an episode grew, as a file a researcher can load for inference.
+
+A grown network is the host with every seed it holds at the end of its episode (fossilized, and
+any still blending, at their alpha), with BatchNorm statistics recomputed on the training
+images exactly as the episode's test measurement computed them. The file holds plain tensors,
+ints and strings, so `torch.load(..., weights_only=True)` reads it; the task name and host
+width say how to rebuild the host, and each slot's extra state says which seed to rebuild in it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from esper.kasmina import MorphogeneticModel
+from esper.kasmina.model import BatchNormStats
+from esper.tolaria.tasks import get_task
+
+GROWN_FORMAT = "esper-grown-network-1"
+"""Written into every grown-network file, and checked when one is loaded."""
+
+
+def grown_payload(
+    model: MorphogeneticModel,
+    task_name: str,
+    host_width: int,
+    batchnorm_stats: BatchNormStats,
+    amp: str | None,
+    record: dict[str, Any],
+) -> dict[str, Any]:
+    """The file's contents: the model's state on the CPU with `batchnorm_stats` written into its
+    BatchNorm buffers (the statistics the test measurement used), and how to rebuild it.
+
+    `record` holds what the episode measured (test and selection accuracy, parameters, seed),
+    so a loaded network can be checked against its run."""
+    state = {
+        name: value.detach().to("cpu", copy=True) if isinstance(value, torch.Tensor) else value
+        for name, value in model.state_dict().items()
+    }
+    for name, tensor in batchnorm_stats.items():
+        if name not in state:
+            raise KeyError(f"BatchNorm statistic {name!r} is not a buffer of the model")
+        state[name] = tensor.detach().to("cpu", dtype=state[name].dtype, copy=True)
+    return {
+        "format": GROWN_FORMAT,
+        "task": task_name,
+        "host_width": host_width,
+        "amp": amp,
+        "record": dict(record),
+        "state_dict": state,
+    }
+
+
+def read_grown(path: str | Path) -> dict[str, Any]:
+    """The file's contents, checked; a file that is not a grown network is a `ValueError` naming it."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no grown-network file at {str(path)!r}")
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:
+        raise ValueError(f"{str(path)!r} is not a grown-network file ({type(exc).__name__})") from exc
+    if not isinstance(payload, dict) or payload.get("format") != GROWN_FORMAT:
+        found = payload.get("format") if isinstance(payload, dict) else type(payload).__name__
+        raise ValueError(f"{str(path)!r} is not a grown-network file (format {found!r}, expected {GROWN_FORMAT!r})")
+    return payload
+
+
+def load_grown(path: str | Path, device: str | torch.device = "cpu") -> MorphogeneticModel:
+    """The grown network in `path`, rebuilt and in eval mode, for inference.
+
+    Its plain forward (`model(x)` under `torch.no_grad()`) gives the test accuracy the run
+    recorded, exactly, on the device and precision the run used (a run with `--amp` measured under
+    autocast; run the loaded model under the same `torch.autocast` to reproduce it). The
+    lifecycle travels with it but nothing drives it: no seed changes stage after loading.
+    """
+    payload = read_grown(path)
+    task = get_task(payload["task"])
+    model = MorphogeneticModel(task.build_host(payload["host_width"]))
+    model.load_state_dict(payload["state_dict"])
+    return model.to(torch.device(device)).eval()

@@ -1,0 +1,88 @@
+"""A grown network saved at the end of an episode loads for inference with the same test accuracy."""
+
+from __future__ import annotations
+
+import json
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+import esper
+from conftest import make_env, tiny_shapes_data, tiny_shapes_task
+from esper.karn import write_torch_atomic
+from esper.leyline import Decision, LifecycleOp, SeedStage
+from esper.scripts.train import main
+from esper.tolaria import TASKS
+from esper.tolaria.grown import GROWN_FORMAT, read_grown
+
+
+@torch.no_grad()
+def plain_test_accuracy(model: torch.nn.Module) -> float:
+    """What a user would write: the loaded module's forward over the test split."""
+    correct = total = 0
+    for x, y in tiny_shapes_data().test_batches(500):
+        correct += int((model(x).argmax(dim=-1) == y).sum())
+        total += y.numel()
+    return 100.0 * correct / total
+
+
+def grow_one_episode(germinate_at: dict[int, str]):
+    env = make_env(max_epochs=6)
+    env.reset(0)
+    for epoch in range(env.config.max_epochs):
+        slot = germinate_at.get(epoch)
+        env.step(Decision(LifecycleOp.GERMINATE, slot, "conv_light") if slot else Decision.wait())
+    return env
+
+
+def test_a_grown_network_reloads_with_the_test_accuracy_of_its_episode(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setitem(TASKS, "shapes", tiny_shapes_task())
+    env = grow_one_episode({0: "early", 1: "mid"})
+    stages = {s.slot_id.name: s.stage for s in env.model.ordered_slots()}
+    assert {stages["early"], stages["mid"]} & {SeedStage.BLENDING, SeedStage.PROBATIONARY, SeedStage.FOSSILIZED}
+    test = env.evaluate_test()
+    path = tmp_path / "grown.pt"
+    write_torch_atomic(path, env.grown_network({"final_test_accuracy": test.accuracy}))
+
+    model = esper.load_grown(path)
+    assert not model.training
+    assert plain_test_accuracy(model) == test.accuracy
+    assert {s.slot_id.name: s.stage for s in model.ordered_slots()} == stages
+    assert read_grown(path)["record"]["final_test_accuracy"] == test.accuracy
+
+
+def test_the_file_holds_the_statistics_the_test_used_not_the_running_average(tmp_path: Path, monkeypatch) -> None:
+    """Without the recalibrated BatchNorm statistics the reloaded accuracy would differ: the
+    saved buffers are not the module's running averages."""
+    monkeypatch.setitem(TASKS, "shapes", tiny_shapes_task())
+    env = grow_one_episode({0: "mid"})
+    payload = env.grown_network({})
+    running = env.model.state_dict()
+    names = [n for n in payload["state_dict"] if n.endswith("running_mean")]
+    assert names and any(not torch.equal(payload["state_dict"][n], running[n]) for n in names)
+
+
+def test_a_heuristic_run_saves_each_episode_readable_by_the_group(
+    tmp_path: Path, workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(TASKS, "shapes", tiny_shapes_task())
+    run_dir = tmp_path / "run"
+    assert main(["heuristic", "--episodes", "2", "--run-dir", str(run_dir), "--quiet"]) == 0
+    summary = json.loads((run_dir / "summary.json").read_text())
+    for episode, accuracy in enumerate(summary["final_test_accuracy_per_episode"]):
+        path = run_dir / "grown" / f"episode-{episode:04d}.pt"
+        assert stat.S_IMODE(path.stat().st_mode) & 0o040, "group-readable"
+        assert plain_test_accuracy(esper.load_grown(path)) == accuracy
+
+
+def test_a_file_that_is_not_a_grown_network_is_refused_by_name(tmp_path: Path) -> None:
+    other = tmp_path / "other.pt"
+    torch.save({"format": "something-else"}, other)
+    with pytest.raises(ValueError, match=rf"other.pt.*{GROWN_FORMAT}"):
+        esper.load_grown(other)
+    with pytest.raises(FileNotFoundError, match=r"missing\.pt"):
+        esper.load_grown(tmp_path / "missing.pt")
