@@ -164,7 +164,7 @@ def gym_env(max_epochs: int = 3, slots=("early", "mid", "late"), blueprints=None
     config = EnvConfig(
         task=task, device=torch.device("cpu"), max_epochs=max_epochs, enabled_slots=slots, max_germinations=2
     )
-    return MorphogeneticGymEnv(config, task.load_data(None), allowed_blueprints=blueprints)
+    return MorphogeneticGymEnv(config, task.load_data(None), gamma=1.0, allowed_blueprints=blueprints)
 
 
 def action(op: LifecycleOp, slot: int = 0, blueprint: int = 0, schedule: int = 0) -> np.ndarray:

@@ -10,11 +10,14 @@ batches; other libraries expect the standard `reset`/`step` interface. This adap
   schedule); heads an op does not use are ignored.
 - masks: `info["action_masks"]` on every `reset` and `step`, for the state the next action will
   act on (see `action_mask_info`). An action the masks forbid is *not executed*: the step runs
-  as WAIT and `info["invalid_action"]` is True. It never raises, so agents that ignore the masks
-  (random agents, `check_env`) can still run; the reward is that of the WAIT actually executed.
+  as WAIT and `info["invalid_action"]` is True (and `invalid_actions` counts them). It never
+  raises, so agents that ignore the masks (random agents, `check_env`) can still run; the reward
+  is that of the WAIT actually executed. `action_masks()` gives the masks in sb3-contrib's
+  MultiDiscrete form (one flat bool vector, each head masked on its own); since a head's valid
+  choices depend on the op, that form cannot be exact: `JointDiscreteActions` is the exact one.
 - reward: `RewardFunction` on (signals before, signals after, terminal, panic). Its shaping term
-  assumes the agent discounts with `reward.gamma` (1 by default: undiscounted, the return of an
-  episode is the objective of `esper.simic.rewards`).
+  is potential-based only if it discounts with the agent's gamma, so the caller states that gamma
+  (`gamma=`) and a reward configured with another one is refused.
 - episode end: `terminated` at the last epoch (a whole host training run is the episode, the
   epoch fraction is in the observation, and nothing follows it) and at a governor panic (the
   env is built with `end_episode_on_panic=True`). `truncated` is always False.
@@ -23,10 +26,12 @@ batches; other libraries expect the standard `reset`/`step` interface. This adap
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from typing import Any, ClassVar
 
 import gymnasium
 import numpy as np
+import torch
 from gymnasium import spaces
 
 from esper.leyline import Decision, TrainingSignals
@@ -34,6 +39,7 @@ from esper.simic.rewards import RewardConfig, RewardFunction
 from esper.tamiyo import HEADS, ActionSpace, PolicySpaces
 from esper.tolaria.datasets import TaskData
 from esper.tolaria.environment import EnvConfig, MorphogeneticEnv
+from esper.tolaria.tasks import get_task
 
 RNG_SEED_BOUND = 2**62
 """Episode seeds drawn when `reset` gets none (the range `MorphogeneticEnv` itself draws from)."""
@@ -65,6 +71,19 @@ def is_allowed(action: np.ndarray, masks: dict[str, np.ndarray]) -> bool:
     return all(masks[name][op, int(action[k])] for k, name in enumerate(HEADS) if k > 0 and active[k])
 
 
+def shaping_reward_config(reward: RewardConfig | None, gamma: float) -> RewardConfig:
+    """The reward for an agent that discounts with `gamma`: the default one at that gamma, or
+    `reward` if its shaping gamma is the same (else a `ValueError` naming both)."""
+    if reward is None:
+        return RewardConfig(gamma=gamma)
+    if reward.gamma != gamma:
+        raise ValueError(
+            f"the reward's shaping gamma {reward.gamma} differs from the agent's gamma {gamma}: the shaping "
+            f"term would change which policy is optimal; build RewardConfig(gamma={gamma}, ...)"
+        )
+    return reward
+
+
 class MorphogeneticGymEnv(gymnasium.Env):
     """One host training run per episode, one epoch per step (see the module docstring)."""
 
@@ -74,16 +93,20 @@ class MorphogeneticGymEnv(gymnasium.Env):
         self,
         config: EnvConfig,
         data: TaskData,
+        *,
+        gamma: float,
         allowed_blueprints: tuple[str, ...] | None = None,
         reward: RewardConfig | None = None,
     ) -> None:
+        """`gamma` is the discount of the agent that will drive the env (SB3's default is 0.99)."""
         super().__init__()
         self.config = dataclasses.replace(config, end_episode_on_panic=True)
         self.env = MorphogeneticEnv(self.config, data)
         policy_spaces = PolicySpaces.derive(config.task.topology, config.task.slot_names, allowed_blueprints)
         self.layout, self.actions = policy_spaces.layout, policy_spaces.actions
-        reward = reward or RewardConfig()
-        self.reward_fn = RewardFunction(reward, ppo_gamma=reward.gamma)
+        self.reward_fn = RewardFunction(shaping_reward_config(reward, gamma), ppo_gamma=gamma)
+        self.invalid_actions = 0
+        """Actions the masks forbid that this env has run as WAIT, since it was built."""
         self.observation_space = spaces.Box(-np.inf, np.inf, (self.layout.obs_dim,), np.float32)
         self.action_space = spaces.MultiDiscrete(np.array(self.actions.head_sizes, dtype=np.int64))
         self._signals: TrainingSignals | None = None
@@ -108,6 +131,7 @@ class MorphogeneticGymEnv(gymnasium.Env):
         if not self.action_space.contains(action):
             raise ValueError(f"action {action.tolist()} is not in {self.action_space}")
         allowed = is_allowed(action, self._masks)
+        self.invalid_actions += not allowed
         decision = self.actions.decode(*action.tolist()) if allowed else Decision.wait("masked action")
         before = self._signals
         result = self.env.step(decision)
@@ -117,6 +141,21 @@ class MorphogeneticGymEnv(gymnasium.Env):
         info = self._info()
         info.update(invalid_action=not allowed, panic=panic, reward_parts=parts.to_json())
         return self._observation(), float(parts.total), bool(result.done), False, info
+
+    def action_masks(self) -> np.ndarray:
+        """sb3-contrib's MultiDiscrete masks: per head, the choices valid for *some* op allowed
+        now, concatenated. Not exact (a slot valid for CULL may be invalid for GERMINATE); an
+        agent that needs every action executable uses `JointDiscreteActions`."""
+        if self._masks is None:
+            raise RuntimeError("call reset() before action_masks()")
+        op_mask = self._masks[HEADS[0]]
+        parts = [op_mask]
+        for k, name in enumerate(HEADS[1:], start=1):
+            users = op_mask & self._masks["head_active"][:, k]
+            rows = self._masks[name][users]
+            # A head no allowed op uses: any choice is ignored, so allow them all.
+            parts.append(rows.any(axis=0) if rows.size else np.ones(self._masks[name].shape[1], dtype=bool))
+        return np.concatenate(parts)
 
     # ----------------------------------------------------------------- helpers
     def _observation(self) -> np.ndarray:
@@ -135,3 +174,72 @@ class MorphogeneticGymEnv(gymnasium.Env):
             "seeds_germinated": s.seeds_germinated,
             "seed_params": s.seed_params,
         }
+
+
+class JointDiscreteActions(gymnasium.ActionWrapper):
+    """One `Discrete` action per executable (op, slot, blueprint, schedule), with exact masks.
+
+    Why: the heads' masks are conditional on the op, which a MultiDiscrete mask cannot express.
+    Listing every joint action (WAIT once; each op with only the heads it uses, the others at
+    0) turns the conditional masks into one flat mask in which every allowed action is
+    executable: sb3-contrib's `MaskablePPO` driving this wrapper sends no invalid action.
+    `joint_actions[i]` is the MultiDiscrete action that index `i` stands for.
+    """
+
+    def __init__(self, env: MorphogeneticGymEnv) -> None:
+        super().__init__(env)
+        self.base = env
+        sizes = env.actions.head_sizes
+        active = ActionSpace.head_active_table().numpy()
+        joint: list[tuple[int, ...]] = []
+        for op in range(sizes[0]):
+            ranges = [range(n) if active[op, k] else range(1) for k, n in enumerate(sizes) if k > 0]
+            joint += [(op, *rest) for rest in itertools.product(*ranges)]
+        self.joint_actions = np.array(joint, dtype=np.int64)
+        self.action_space = spaces.Discrete(len(joint))
+
+    def action(self, action: Any) -> np.ndarray:
+        return self.joint_actions[int(action)]
+
+    def action_masks(self) -> np.ndarray:
+        """Exactly the joint actions the env would execute now."""
+        masks = self.base._masks
+        if masks is None:
+            raise RuntimeError("call reset() before action_masks()")
+        return np.array([is_allowed(a, masks) for a in self.joint_actions], dtype=bool)
+
+
+def make_morphogenetic_env(
+    task: str = "shapes",
+    *,
+    gamma: float,
+    max_epochs: int | None = None,
+    slots: tuple[str, ...] | None = None,
+    max_germinations: int = 6,
+    blueprints: tuple[str, ...] | None = None,
+    reward: RewardConfig | None = None,
+    device: str = "cpu",
+    data_dir: str | None = None,
+    joint_actions: bool = False,
+) -> gymnasium.Env:
+    """The entry point of `gymnasium.make("esper/Morphogenetic-v0", task=..., gamma=...)`, which
+    `import esper` registers: the task's env with its defaults (all slots, the task's
+    epochs), its data loaded from `data_dir` for the real datasets, and with `joint_actions` the
+    exact-mask `JointDiscreteActions` around it."""
+    reward = shaping_reward_config(reward, gamma)  # before the data is loaded
+    spec = get_task(task)
+    config = EnvConfig(
+        task=spec,
+        device=torch.device(device),
+        max_epochs=spec.max_epochs if max_epochs is None else max_epochs,
+        enabled_slots=spec.slot_names if slots is None else tuple(slots),
+        max_germinations=max_germinations,
+    )
+    env = MorphogeneticGymEnv(
+        config,
+        spec.load_data(data_dir),
+        gamma=gamma,
+        allowed_blueprints=None if blueprints is None else tuple(blueprints),
+        reward=reward,
+    )
+    return JointDiscreteActions(env) if joint_actions else env
