@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from esper.nissa import ConsoleBackend, Event, JsonlBackend, TelemetryError, TelemetryHub
+from esper.nissa import ROUND_METRICS, ConsoleBackend, Event, JsonlBackend, TelemetryError, TelemetryHub
 from esper.nissa.telemetry import format_event
 
 
@@ -221,3 +221,35 @@ def test_format_event_unknown_kind_is_none() -> None:
 def test_console_default_stream_is_stdout(capsys: pytest.CaptureFixture[str]) -> None:
     ConsoleBackend().write(epoch_event(1))
     assert "epoch   1]" in capsys.readouterr().out
+
+
+class SlowBackend(ListBackend):
+    def write(self, event: Event) -> None:
+        time.sleep(0.01)
+        super().write(event)
+
+
+def test_flush_returns_once_everything_emitted_is_written_and_raises_a_failure() -> None:
+    slow = SlowBackend()
+    hub = TelemetryHub([slow])
+    for i in range(20):
+        hub.emit(Event("x", 0, i))
+    hub.flush()
+    assert len(slow.events) == 20
+    hub.close()
+    failing = TelemetryHub([FailingBackend(fail_at=0)])
+    failing.emit(Event("x", 0, 0))
+    with pytest.raises(TelemetryError, match="disk full"):
+        failing.flush()
+
+
+def test_metrics_rows_and_events_go_to_their_own_files(tmp_path: Path) -> None:
+    events, rows = JsonlBackend(tmp_path / "events.jsonl"), JsonlBackend(tmp_path / "metrics.jsonl", rows_only=True)
+    hub = TelemetryHub([events, rows])
+    hub.emit(Event("epoch", 0, 1, {"val_accuracy": 10.0}, time=1.0))
+    hub.emit(Event(ROUND_METRICS, 4, 1, {"round": 1, "charts/SPS": 2.0}))
+    hub.close()
+    assert [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [
+        {"round": 1, "charts/SPS": 2.0}
+    ]
+    assert [json.loads(x)["kind"] for x in (tmp_path / "events.jsonl").read_text().splitlines()] == ["epoch"]

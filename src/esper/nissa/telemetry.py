@@ -27,6 +27,10 @@ class Event:
         return {"kind": self.kind, "episode": self.episode, "epoch": self.epoch, "time": self.time, **self.data}
 
 
+ROUND_METRICS = "round_metrics"
+"""The kind of a PPO round's metrics row (its data is the row, under CleanRL's names)."""
+
+
 class Backend(Protocol):
     def write(self, event: Event) -> None: ...
     def close(self) -> None: ...
@@ -37,13 +41,20 @@ class TelemetryError(RuntimeError):
 
 
 class JsonlBackend:
-    """One JSON object per line, flushed per event so a crashed run still leaves its history."""
+    """One JSON object per line, flushed per event so a crashed run still leaves its history.
 
-    def __init__(self, path: Path) -> None:
+    The run directory's two files of record: `events.jsonl` holds every event but the PPO rounds'
+    rows, and `metrics.jsonl` (`rows_only=True`) holds those rows alone, each as the plain row."""
+
+    def __init__(self, path: Path, rows_only: bool = False) -> None:
         self._file = path.open("a", encoding="utf-8")
+        self._rows_only = rows_only
 
     def write(self, event: Event) -> None:
-        self._file.write(json.dumps(event.to_json(), allow_nan=False) + "\n")
+        if (event.kind == ROUND_METRICS) != self._rows_only:
+            return
+        record = event.data if self._rows_only else event.to_json()
+        self._file.write(json.dumps(record, allow_nan=False) + "\n")
         self._file.flush()
 
     def close(self) -> None:
@@ -107,6 +118,12 @@ class TelemetryHub:
         self._raise_if_failed()
         self._queue.put(event)
 
+    def flush(self) -> None:
+        """Wait until every event emitted so far is written (or a backend failed), and raise if
+        one did: a checkpoint saved after this never outruns the rows it follows."""
+        self._queue.join()
+        self._raise_if_failed()
+
     def close(self) -> None:
         """Deliver everything queued, close the backends, and raise if any backend failed."""
         self._queue.put(None)
@@ -120,13 +137,15 @@ class TelemetryHub:
 
     def _deliver(self) -> None:
         while (event := self._queue.get()) is not None:
-            if self._error is not None:
-                continue
             try:
-                for backend in self._backends:
-                    backend.write(event)
+                if self._error is None:
+                    for backend in self._backends:
+                        backend.write(event)
             except BaseException as exc:
                 self._error = exc
+            finally:
+                self._queue.task_done()
+        self._queue.task_done()
 
     def _raise_if_failed(self) -> None:
         if self._error is not None:

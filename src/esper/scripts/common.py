@@ -1,4 +1,5 @@
-"""What every subcommand shares: one-line usage errors, argument checks, run directories."""
+"""What every subcommand shares: one-line usage errors, argument checks, run directories and
+their telemetry."""
 
 from __future__ import annotations
 
@@ -6,12 +7,15 @@ import argparse
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import torch
 
 from esper.kasmina.blueprints import get_blueprint
 from esper.leyline import parse_slots
+from esper.nissa import ConsoleBackend, JsonlBackend, TelemetryHub
+from esper.nissa.telemetry import Backend
+from esper.nissa.tensorboard import TensorBoardBackend
 from esper.tolaria import DatasetError, DeviceError, TaskSpec, get_task, resolve_device
 from esper.tolaria.datasets import TaskData
 
@@ -89,3 +93,15 @@ def load_task_data(task: TaskSpec, data_dir: str | None) -> TaskData:
         return task.load_data(task.resolve_data_dir(data_dir))
     except DatasetError as exc:
         raise UsageError(str(exc)) from None
+
+
+def run_telemetry(run_dir: Path, config: dict[str, Any], console: bool, rounds: bool = False) -> TelemetryHub:
+    """The hub of a run directory: `events.jsonl`, `metrics.jsonl` for PPO rounds (`rounds`),
+    TensorBoard in `tensorboard/`, and the console's progress lines unless quiet."""
+    backends: list[Backend] = [JsonlBackend(run_dir / "events.jsonl")]
+    if rounds:
+        backends.append(JsonlBackend(run_dir / "metrics.jsonl", rows_only=True))
+    backends.append(TensorBoardBackend(run_dir / "tensorboard", config))
+    if console:
+        backends.append(ConsoleBackend())
+    return TelemetryHub(backends)

@@ -23,7 +23,7 @@ from tqdm import tqdm
 
 from esper.karn import write_json_atomic, write_torch_atomic
 from esper.kasmina.blueprints import blueprint_names
-from esper.nissa import JsonlBackend, TelemetryHub
+from esper.nissa import ROUND_METRICS, Event, TelemetryHub
 from esper.scripts.common import (
     UsageError,
     check_minimum,
@@ -33,6 +33,7 @@ from esper.scripts.common import (
     resolve_device_arg,
     resolve_slots,
     resolve_task,
+    run_telemetry,
 )
 from esper.scripts.config import (
     PPO_GROUPS,
@@ -62,7 +63,7 @@ from esper.tolaria import DEFAULT_TASK, EnvConfig, TaskSpec
 from esper.tolaria.datasets import TaskData
 from esper.tolaria.training import PRECISIONS
 
-RUN_FILES = ("metrics.jsonl", "summary.json", "events.jsonl", "checkpoints", "config.json", "grown")
+RUN_FILES = ("metrics.jsonl", "summary.json", "events.jsonl", "checkpoints", "config.json", "grown", "tensorboard")
 MAX_RNG_SEED = 2**62
 
 DEFAULTS: dict[str, Any] = {
@@ -333,7 +334,8 @@ def run_ppo(run: PPORun) -> dict[str, Any]:
     main_rank = run.ctx.is_main
     if main_rank:
         prepare_run_dir(run)
-    hub = TelemetryHub([JsonlBackend(run.run_dir / "events.jsonl")] if main_rank else [])
+    config = resolved_config(run.settings, run.knobs)
+    hub = run_telemetry(run.run_dir, config, console=False, rounds=True) if main_rank else TelemetryHub([])
     quiet = run.quiet or not main_rank
     started = time.perf_counter()
     try:
@@ -348,7 +350,7 @@ def run_ppo(run: PPORun) -> dict[str, Any]:
         with tqdm(total=total, unit="step", disable=quiet, file=sys.stderr, dynamic_ncols=True) as bar:
             while learner.episodes_done < run.config.episodes:
                 last_row = run_round(envs, learner, on_step=lambda n: bar.update(n * run.ctx.world_size))
-                record_round(run, envs, learner, last_row)
+                record_round(run, envs, learner, last_row, hub)
                 if not quiet:
                     tqdm.write(round_line(run, learner, last_row))
     finally:
@@ -361,7 +363,7 @@ def run_ppo(run: PPORun) -> dict[str, Any]:
         f"done: {learner.round} rounds, {learner.episodes_done} episodes; last round return "
         f"{last_row['charts/episodic_return']:+.3f}, test accuracy {last_row['charts/final_test_accuracy']:.2f}% "
         f"(val {last_row['charts/final_val_accuracy']:.2f}%); "
-        f"summary in {run.run_dir / 'summary.json'}",
+        f"summary in {run.run_dir / 'summary.json'}; curves: tensorboard --logdir {run.run_dir}",
         flush=True,
     )
     return summary
@@ -377,9 +379,12 @@ def prepare_run_dir(run: PPORun) -> None:
         metrics_path.write_text("".join(line + "\n" for line in kept))
 
 
-def record_round(run: PPORun, envs: MorphogeneticEnvs, learner: Learner, row: dict[str, float]) -> None:
-    """Append the round's metrics and, every `--save-every` rounds and after the last, save a
-    checkpoint. Building the checkpoint is a collective, so every rank calls this."""
+def record_round(
+    run: PPORun, envs: MorphogeneticEnvs, learner: Learner, row: dict[str, float], hub: TelemetryHub
+) -> None:
+    """Send the round's metrics to telemetry (`metrics.jsonl`, TensorBoard) and, every
+    `--save-every` rounds and after the last, save a checkpoint once the row is written.
+    Building the checkpoint is a collective, so every rank calls this."""
     final = learner.episodes_done >= run.config.episodes
     save = learner.round % run.settings["save_every"] == 0 or final
     settings = {k: v for k, v in run.settings.items() if k in SETTINGS}
@@ -399,8 +404,8 @@ def record_round(run: PPORun, envs: MorphogeneticEnvs, learner: Learner, row: di
     )
     if not run.ctx.is_main:
         return
-    with (run.run_dir / "metrics.jsonl").open("a", encoding="utf-8") as f:
-        f.write(json.dumps(row, allow_nan=False) + "\n")
+    hub.emit(Event(ROUND_METRICS, learner.episodes_done, learner.round, row))
+    hub.flush()
     if payload is not None:
         save_checkpoint(checkpoint_path(run.run_dir, learner.round), payload)
     if final:

@@ -21,7 +21,7 @@ import torch
 import esper
 from esper.karn import episode_summary, write_json_atomic, write_torch_atomic
 from esper.kasmina.blueprints import blueprint_names
-from esper.nissa import ConsoleBackend, JsonlBackend, TelemetryError, TelemetryHub
+from esper.nissa import TelemetryError
 from esper.scripts.common import (
     OneLineParser,
     UsageError,
@@ -32,6 +32,7 @@ from esper.scripts.common import (
     resolve_device_arg,
     resolve_slots,
     resolve_task,
+    run_telemetry,
 )
 from esper.scripts.config import (
     HEURISTIC_GROUPS,
@@ -57,7 +58,7 @@ from esper.tolaria.episode import run_episode
 
 DEFAULT_MAX_GERMINATIONS = 6
 MAX_RNG_SEED = 2**63 - 1
-RUN_FILES = ("summary.json", "events.jsonl", "config.json", "grown")
+RUN_FILES = ("summary.json", "events.jsonl", "config.json", "grown", "tensorboard")
 
 
 HEURISTIC_DEFAULTS: dict[str, Any] = {
@@ -144,10 +145,7 @@ def resolve_heuristic(args: argparse.Namespace, rest: Sequence[str] = ()) -> Heu
 
 def run_heuristic(run: HeuristicRun) -> dict:
     run.run_dir.mkdir(parents=True, exist_ok=True)
-    backends = [JsonlBackend(run.run_dir / "events.jsonl")]
-    if not run.quiet:
-        backends.append(ConsoleBackend())
-    hub = TelemetryHub(backends)
+    hub = run_telemetry(run.run_dir, run.config, console=not run.quiet)
     env = MorphogeneticEnv(run.env, run.data, emit=hub.emit)
     controller = HeuristicController(
         run.task.topology, run.env.enabled_slots, run.blueprints, run.heuristic, run.env.thresholds
@@ -189,7 +187,8 @@ def run_heuristic(run: HeuristicRun) -> dict:
     write_json_atomic(run.run_dir / "summary.json", summary)
     print(
         f"final test accuracy {summary['final_test_accuracy']:.2f}%, selection (val) accuracy "
-        f"{summary['final_val_accuracy']:.2f}% (means of {len(outcomes)}); summary in {run.run_dir / 'summary.json'}",
+        f"{summary['final_val_accuracy']:.2f}% (means of {len(outcomes)}); summary in {run.run_dir / 'summary.json'}; "
+        f"curves: tensorboard --logdir {run.run_dir}",
         flush=True,
     )
     return summary

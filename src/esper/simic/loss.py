@@ -33,6 +33,9 @@ class PPOLossOutput:
     approx_kl: torch.Tensor
     """Mean over steps of the k3 estimate of KL(old || new) of the whole action of a step (the
     joint distribution of its active heads), as CleanRL's `approx_kl` is for one head."""
+    old_approx_kl: torch.Tensor
+    """The same KL by the plain estimator, mean of -log ratio (CleanRL's `old_approx_kl`): it can
+    go negative, and beside `approx_kl` shows how noisy the estimate is."""
     clipfrac: torch.Tensor
     """Fraction of steps whose joint ratio lies outside [1 - clip, 1 + clip]."""
 
@@ -83,5 +86,6 @@ def ppo_loss(inputs: LossInputs, config: PPOLossConfig) -> PPOLossOutput:
     loss = policy_loss - config.ent_coef * entropy + config.vf_coef * value_loss
     with torch.no_grad():
         approx_kl = ((ratio - 1) - log_ratio).mean()  # the k3 estimator, per step
+        old_approx_kl = (-log_ratio).mean()
         clipfrac = ((ratio - 1).abs() > config.clip_coef).float().mean()
-    return PPOLossOutput(loss, policy_loss, value_loss, entropy, head_entropy, approx_kl, clipfrac)
+    return PPOLossOutput(loss, policy_loss, value_loss, entropy, head_entropy, approx_kl, old_approx_kl, clipfrac)

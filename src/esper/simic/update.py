@@ -87,6 +87,8 @@ class UpdateStats:
     entropy: float
     head_entropy: list[float]
     approx_kl: float
+    old_approx_kl: float
+    """Mean over the minibatches that stepped."""
     clipfrac: float
     explained_variance: float
     epochs_run: int
@@ -100,6 +102,7 @@ class UpdateStats:
             "losses/value_loss": self.value_loss,
             "losses/entropy": self.entropy,
             "losses/approx_kl": self.approx_kl,
+            "losses/old_approx_kl": self.old_approx_kl,
             "losses/clipfrac": self.clipfrac,
             "losses/explained_variance": self.explained_variance,
             "losses/update_epochs": float(self.epochs_run),
@@ -156,6 +159,7 @@ def reduce_stats(
         entropy=float(mean("entropy")),
         head_entropy=head_entropy.tolist() if outputs else [0.0] * n_heads,  # type: ignore[union-attr]
         approx_kl=float(approx_kl),
+        old_approx_kl=float(mean("old_approx_kl")),
         clipfrac=float(mean("clipfrac")),
         explained_variance=buffer.explained_variance(),
         epochs_run=epochs_run,

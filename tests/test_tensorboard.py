@@ -1,0 +1,81 @@
+"""TensorBoard: `heuristic` and `ppo` runs write the named scalars, read back with TensorBoard's own reader."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+sys.path.insert(0, str(Path(__file__).parent))
+from conftest import tiny_shapes_task
+from esper.scripts.train import main
+from esper.tolaria import TASKS
+
+pytestmark = pytest.mark.slow
+
+
+def read_board(run_dir: Path) -> EventAccumulator:
+    board = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"scalars": 0, "tensors": 0})
+    board.Reload()
+    return board
+
+
+@pytest.fixture
+def tiny_shapes(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(TASKS, "shapes", tiny_shapes_task())
+
+
+def test_a_heuristic_run_writes_host_curves_slots_lifecycle_and_config(tiny_shapes, workdir, tmp_path) -> None:
+    run_dir = tmp_path / "run"
+    assert main(["heuristic", "--episodes", "2", "--max-epochs", "5", "--run-dir", str(run_dir), "--quiet"]) == 0
+    board = read_board(run_dir)
+    scalars = set(board.Tags()["scalars"])
+    for episode in ("episode_0000", "episode_0001"):
+        for name in ("train_accuracy", "val_accuracy", "train_loss", "val_loss"):
+            assert f"{episode}/host/{name}" in scalars
+        assert {f"{episode}/slot_{s}/{k}" for s in ("early", "mid", "late") for k in ("alpha", "stage")} <= scalars
+    curve = board.Scalars("episode_0000/host/val_accuracy")
+    assert [e.step for e in curve] == [1, 2, 3, 4, 5]
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    recorded = [e["val_accuracy"] for e in events if e["kind"] == "epoch" and e["episode"] == 0]
+    assert [e.value for e in curve] == pytest.approx(recorded)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    final = board.Scalars("host/final_test_accuracy")
+    assert [e.step for e in final] == [0, 1]
+    assert [e.value for e in final] == pytest.approx(summary["final_test_accuracy_per_episode"])
+    assert "hyperparameters/text_summary" in board.Tags()["tensors"]
+    if any(e["kind"] == "stage_change" for e in events):
+        assert any(tag.startswith("lifecycle/episode_") for tag in board.Tags()["tensors"])
+
+
+def test_a_ppo_run_writes_cleanrl_scalars_reward_parts_and_op_mix(tiny_shapes, workdir, tmp_path) -> None:
+    run_dir = tmp_path / "run"
+    argv = ["ppo", "--episodes", "4", "--n-envs", "2", "--max-epochs", "2", "--quiet", "--run-dir", str(run_dir)]
+    assert main(argv) == 0
+    board = read_board(run_dir)
+    scalars = set(board.Tags()["scalars"])
+    cleanrl = {
+        "charts/episodic_return",
+        "charts/SPS",
+        "charts/learning_rate",
+        "losses/policy_loss",
+        "losses/value_loss",
+        "losses/entropy",
+        "losses/approx_kl",
+        "losses/old_approx_kl",
+        "losses/clipfrac",
+        "losses/explained_variance",
+    }
+    assert cleanrl <= scalars
+    assert {"rewards/accuracy", "rewards/parameter_cost", "charts/op_wait", "charts/op_germinate"} <= scalars
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    returns = board.Scalars("charts/episodic_return")
+    assert [e.step for e in returns] == [r["global_step"] for r in rows]
+    assert [e.value for e in returns] == pytest.approx([r["charts/episodic_return"] for r in rows])
+    assert "episode_0003/host/val_accuracy" in scalars
+    assert all(
+        json.loads(line)["kind"] != "round_metrics" for line in (run_dir / "events.jsonl").read_text().splitlines()
+    )
