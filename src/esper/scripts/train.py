@@ -1,6 +1,6 @@
-"""`python -m esper.scripts.train heuristic|ppo|eval [...]`: grow hosts with the heuristic
-controller, learn a controller with PPO (`esper.scripts.ppo`), or compare controllers on
-held-out seeds (`esper.scripts.evaluate`).
+"""`esper heuristic|ppo|eval|report [...]`: grow hosts with the heuristic controller, learn a
+controller with PPO (`esper.scripts.ppo`), compare controllers on held-out seeds
+(`esper.scripts.evaluate`), or draw a report of run directories (`esper.scripts.report`).
 
 Every bad input ends in one line on stderr and exit code 2, before anything is written.
 """
@@ -45,6 +45,7 @@ from esper.scripts.config import (
 )
 from esper.scripts.evaluate import add_eval_parser, resolve_eval, run_eval
 from esper.scripts.ppo import add_ppo_parser, distributed_context, resolve_ppo, run_ppo
+from esper.scripts.report import add_report_parser, resolve_report, run_report
 from esper.simic.distributed import SINGLE_PROCESS, shutdown_distributed
 from esper.tamiyo import PREFERRED_BLUEPRINTS, HeuristicConfig, HeuristicController
 from esper.tolaria import (
@@ -84,7 +85,14 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("--device", help="cpu, cuda, cuda:N or mps (default cpu)")
     add_ppo_parser(sub)
     add_eval_parser(sub)
+    add_report_parser(sub)
     return parser
+
+
+def reject_knobs(rest: Sequence[str]) -> None:
+    """A command without knob groups takes no extra flags."""
+    if rest:
+        raise UsageError(f"unrecognized arguments: {' '.join(rest)}")
 
 
 @dataclass(frozen=True)
@@ -204,6 +212,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             ctx.barrier()  # every rank has checked its arguments before rank 0 writes
         elif args.command == "eval":
             run, execute = resolve_eval(args, rest), run_eval
+        elif args.command == "report":
+            reject_knobs(rest)
+            run, execute = resolve_report(args), run_report
         else:
             run, execute = resolve_heuristic(args, rest), run_heuristic
     except UsageError as exc:

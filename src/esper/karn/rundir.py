@@ -1,0 +1,117 @@
+"""Reading a run directory back: what `esper report` and `esper watch` show.
+
+A run directory is read from its files of record alone (`events.jsonl`, `metrics.jsonl`,
+`config.json`, `summary.json`), so a run can be read while it is still being written, or from
+another machine's shared disk: a last line still being written is skipped, not an error.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+class RunDirError(ValueError):
+    """A path that is not a readable Esper run directory (the message names it and says why)."""
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """Every complete JSON line; a run still writing may leave its last line half-written."""
+    if not path.exists():
+        return []
+    lines = path.read_text(encoding="utf-8").splitlines()
+    rows = []
+    for number, line in enumerate(lines):
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            if number == len(lines) - 1:
+                break  # being written right now
+            raise RunDirError(f"{str(path)!r} line {number + 1} is not JSON") from None
+    return rows
+
+
+@dataclass
+class EpisodeTrace:
+    """One episode as its events tell it."""
+
+    episode: int
+    epochs: list[int] = field(default_factory=list)
+    train_accuracy: list[float] = field(default_factory=list)
+    val_accuracy: list[float] = field(default_factory=list)
+    slots: dict[str, list[dict[str, Any]]] = field(default_factory=lambda: defaultdict(list))
+    """Per slot, its state at each epoch (stage, alpha, blueprint, contribution)."""
+    decisions: list[dict[str, Any]] = field(default_factory=list)
+    changes: list[dict[str, Any]] = field(default_factory=list)
+    """Stage changes, each with its `epoch`."""
+    rollbacks: list[dict[str, Any]] = field(default_factory=list)
+    final_test_accuracy: float | None = None
+    final_val_accuracy: float | None = None
+    seed_params: int | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.final_test_accuracy is not None
+
+
+@dataclass
+class RunView:
+    path: Path
+    config: dict[str, Any]
+    summary: dict[str, Any] | None
+    """None while the run is still going (it is written at the end)."""
+    episodes: dict[int, EpisodeTrace]
+    rows: list[dict[str, Any]]
+    """PPO rounds (`metrics.jsonl`), empty for other runs."""
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    @property
+    def command(self) -> str:
+        """`heuristic`, `ppo` or what the config says."""
+        line = self.config.get("command_line") or []
+        return next((word for word in line if word in ("heuristic", "ppo", "eval")), "ppo" if self.rows else "run")
+
+    @property
+    def finished_episodes(self) -> list[EpisodeTrace]:
+        return [e for _, e in sorted(self.episodes.items()) if e.finished]
+
+    @property
+    def last_episode(self) -> EpisodeTrace | None:
+        return self.episodes[max(self.episodes)] if self.episodes else None
+
+
+def read_run(path: str | Path) -> RunView:
+    """The run in `path`, or a `RunDirError` that names it and says what is missing."""
+    path = Path(path)
+    if not path.is_dir():
+        raise RunDirError(f"{str(path)!r} is not a directory")
+    if not (path / "events.jsonl").exists() and not (path / "metrics.jsonl").exists():
+        raise RunDirError(f"{str(path)!r} is not an Esper run directory (no events.jsonl or metrics.jsonl)")
+    config = json.loads((path / "config.json").read_text()) if (path / "config.json").exists() else {}
+    summary = json.loads((path / "summary.json").read_text()) if (path / "summary.json").exists() else None
+    episodes: dict[int, EpisodeTrace] = {}
+    for event in read_jsonl(path / "events.jsonl"):
+        trace = episodes.setdefault(event["episode"], EpisodeTrace(event["episode"]))
+        kind = event["kind"]
+        if kind == "epoch":
+            trace.epochs.append(event["epoch"])
+            trace.train_accuracy.append(event["train_accuracy"])
+            trace.val_accuracy.append(event["val_accuracy"])
+            trace.decisions.append(event["decision"])
+            for slot in event["slots"]:
+                trace.slots[slot["slot"]].append({"epoch": event["epoch"], **slot})
+        elif kind == "stage_change":
+            trace.changes.append({"epoch": event["epoch"], **event})
+        elif kind == "governor_rollback":
+            trace.rollbacks.append(event)
+        elif kind == "episode_end":
+            trace.final_test_accuracy = event["final_test_accuracy"]
+            trace.final_val_accuracy = event["final_val_accuracy"]
+            trace.seed_params = event["seed_params"]
+    return RunView(path, config, summary, episodes, read_jsonl(path / "metrics.jsonl"))
