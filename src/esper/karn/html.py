@@ -40,7 +40,7 @@ def run_table(runs: Sequence[RunView]) -> str:
         test = f"{fmean(e.final_test_accuracy for e in done):.2f}" if done else "running"  # type: ignore[misc]
         val = f"{fmean(e.final_val_accuracy for e in done):.2f}" if done else ""  # type: ignore[misc]
         params = f"{fmean(e.seed_params for e in done):,.0f}" if done else ""  # type: ignore[misc]
-        cells = [run.name, run.command, run.config.get("task", ""), str(len(done)), test, val, params, str(run.path)]
+        cells = [run.name, run.command, run.task, str(len(done)), test, val, params, str(run.path)]
         rows.append("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells) + "</tr>")
     head = "".join(
         f"<th>{h}</th>"

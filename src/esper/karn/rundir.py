@@ -51,6 +51,8 @@ class EpisodeTrace:
     final_test_accuracy: float | None = None
     final_val_accuracy: float | None = None
     seed_params: int | None = None
+    last_seen: int = 0
+    """Position in `events.jsonl` of its latest event (episodes that run together interleave)."""
 
     @property
     def finished(self) -> bool:
@@ -78,12 +80,27 @@ class RunView:
         return next((word for word in line if word in ("heuristic", "ppo", "eval")), "ppo" if self.rows else "run")
 
     @property
+    def task(self) -> str:
+        settings = self.config.get("settings", {})
+        return str(settings.get("task", "?")) if isinstance(settings, dict) else "?"
+
+    def episode_done(self, episode: EpisodeTrace) -> bool:
+        """Finished: its end was recorded, or (PPO, which records no episode end) a round
+        counted it among the episodes done."""
+        return episode.finished or bool(self.rows and episode.episode < self.rows[-1].get("episodes", 0))
+
+    @property
     def finished_episodes(self) -> list[EpisodeTrace]:
         return [e for _, e in sorted(self.episodes.items()) if e.finished]
 
     @property
     def last_episode(self) -> EpisodeTrace | None:
-        return self.episodes[max(self.episodes)] if self.episodes else None
+        """The episode written to most recently."""
+        return max(self.episodes.values(), key=lambda e: e.last_seen) if self.episodes else None
+
+    def latest_episodes(self, n: int) -> list[EpisodeTrace]:
+        """The `n` episodes written to most recently, oldest first."""
+        return sorted(self.episodes.values(), key=lambda e: e.last_seen)[-n:]
 
 
 def read_run(path: str | Path) -> RunView:
@@ -91,13 +108,16 @@ def read_run(path: str | Path) -> RunView:
     path = Path(path)
     if not path.is_dir():
         raise RunDirError(f"{str(path)!r} is not a directory")
-    if not (path / "events.jsonl").exists() and not (path / "metrics.jsonl").exists():
-        raise RunDirError(f"{str(path)!r} is not an Esper run directory (no events.jsonl or metrics.jsonl)")
+    if not any((path / name).exists() for name in ("events.jsonl", "metrics.jsonl", "config.json")):
+        raise RunDirError(
+            f"{str(path)!r} is not an Esper run directory (no events.jsonl, metrics.jsonl or config.json)"
+        )
     config = json.loads((path / "config.json").read_text()) if (path / "config.json").exists() else {}
     summary = json.loads((path / "summary.json").read_text()) if (path / "summary.json").exists() else None
     episodes: dict[int, EpisodeTrace] = {}
-    for event in read_jsonl(path / "events.jsonl"):
+    for position, event in enumerate(read_jsonl(path / "events.jsonl")):
         trace = episodes.setdefault(event["episode"], EpisodeTrace(event["episode"]))
+        trace.last_seen = position
         kind = event["kind"]
         if kind == "epoch":
             trace.epochs.append(event["epoch"])

@@ -1,6 +1,7 @@
-"""`esper heuristic|ppo|eval|report [...]`: grow hosts with the heuristic controller, learn a
-controller with PPO (`esper.scripts.ppo`), compare controllers on held-out seeds
-(`esper.scripts.evaluate`), or draw a report of run directories (`esper.scripts.report`).
+"""`esper heuristic|ppo|eval|report|watch [...]`: grow hosts with the heuristic controller, learn
+a controller with PPO (`esper.scripts.ppo`), compare controllers on held-out seeds
+(`esper.scripts.evaluate`), draw a report of run directories (`esper.scripts.report`) or follow
+one live (`esper.scripts.watch`).
 
 Every bad input ends in one line on stderr and exit code 2, before anything is written.
 """
@@ -46,6 +47,7 @@ from esper.scripts.config import (
 from esper.scripts.evaluate import add_eval_parser, resolve_eval, run_eval
 from esper.scripts.ppo import add_ppo_parser, distributed_context, resolve_ppo, run_ppo
 from esper.scripts.report import add_report_parser, resolve_report, run_report
+from esper.scripts.watch import add_watch_parser, resolve_watch, run_watch
 from esper.simic.distributed import SINGLE_PROCESS, shutdown_distributed
 from esper.tamiyo import PREFERRED_BLUEPRINTS, HeuristicConfig, HeuristicController
 from esper.tolaria import (
@@ -86,6 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_ppo_parser(sub)
     add_eval_parser(sub)
     add_report_parser(sub)
+    add_watch_parser(sub)
     return parser
 
 
@@ -215,6 +218,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.command == "report":
             reject_knobs(rest)
             run, execute = resolve_report(args), run_report
+        elif args.command == "watch":
+            reject_knobs(rest)
+            run, execute = resolve_watch(args), run_watch
         else:
             run, execute = resolve_heuristic(args, rest), run_heuristic
     except UsageError as exc:
