@@ -146,5 +146,5 @@ def watch(
                 sleep(interval)
                 live.update(render(read_run(path)))
     except KeyboardInterrupt:
-        console.print("detached from the run (it goes on)" if not (path / "summary.json").exists() else "detached")
+        console.print("\ndetached from the run (it goes on)" if not (path / "summary.json").exists() else "\ndetached")
     return 0

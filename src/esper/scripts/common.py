@@ -16,6 +16,7 @@ from esper.leyline import parse_slots
 from esper.nissa import ConsoleBackend, JsonlBackend, TelemetryHub
 from esper.nissa.telemetry import Backend
 from esper.nissa.tensorboard import TensorBoardBackend
+from esper.nissa.wandb import INSTALL_HINT, WandbBackend, wandb_available
 from esper.tolaria import DatasetError, DeviceError, TaskSpec, get_task, resolve_device
 from esper.tolaria.datasets import TaskData
 
@@ -95,13 +96,40 @@ def load_task_data(task: TaskSpec, data_dir: str | None) -> TaskData:
         raise UsageError(str(exc)) from None
 
 
-def run_telemetry(run_dir: Path, config: dict[str, Any], console: bool, rounds: bool = False) -> TelemetryHub:
+def add_tracking_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--track", action="store_true", default=None, help=f"also log to Weights & Biases ({INSTALL_HINT})"
+    )
+    parser.add_argument("--wandb-project", help="the W&B project of --track (default esper)")
+
+
+def tracking_project(args: argparse.Namespace) -> str | None:
+    """The W&B project to log to, or None without `--track` (checked before anything is written)."""
+    if not args.track:
+        if args.wandb_project is not None:
+            raise UsageError("--wandb-project is given without --track")
+        return None
+    if not wandb_available():
+        raise UsageError(f"--track needs the wandb package: {INSTALL_HINT}")
+    return args.wandb_project or "esper"
+
+
+def run_telemetry(
+    run_dir: Path,
+    config: dict[str, Any],
+    console: bool,
+    rounds: bool = False,
+    wandb_project: str | None = None,
+) -> TelemetryHub:
     """The hub of a run directory: `events.jsonl`, `metrics.jsonl` for PPO rounds (`rounds`),
-    TensorBoard in `tensorboard/`, and the console's progress lines unless quiet."""
+    TensorBoard in `tensorboard/`, W&B when a project is given (`--track`), and the console's
+    progress lines unless quiet."""
     backends: list[Backend] = [JsonlBackend(run_dir / "events.jsonl")]
     if rounds:
         backends.append(JsonlBackend(run_dir / "metrics.jsonl", rows_only=True))
     backends.append(TensorBoardBackend(run_dir / "tensorboard", config))
+    if wandb_project is not None:
+        backends.append(WandbBackend(run_dir, config, wandb_project))
     if console:
         backends.append(ConsoleBackend())
     return TelemetryHub(backends)

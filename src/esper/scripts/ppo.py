@@ -26,6 +26,7 @@ from esper.kasmina.blueprints import blueprint_names
 from esper.nissa import ROUND_METRICS, Event, TelemetryHub
 from esper.scripts.common import (
     UsageError,
+    add_tracking_flags,
     check_minimum,
     check_run_dir,
     load_task_data,
@@ -34,6 +35,7 @@ from esper.scripts.common import (
     resolve_slots,
     resolve_task,
     run_telemetry,
+    tracking_project,
 )
 from esper.scripts.config import (
     PPO_GROUPS,
@@ -99,6 +101,7 @@ def add_ppo_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--episodes", type=int, help="total episodes of the run, counting resumed ones (default 8)")
     p.add_argument("--n-envs", type=int, help="envs stepped together; one round = one episode each (default 4)")
     p.add_argument("--hidden", type=int, help="width of the policy's layers and LSTM (default 128)")
+    add_tracking_flags(p)
     p.add_argument("--device", help="device of the policy, and of the envs unless --devices (default cpu)")
     p.add_argument("--devices", nargs="+", help="devices the envs are spread over, round-robin")
     p.add_argument("--amp", help="mixed precision for the hosts on CUDA: bf16 or fp16 (fp16: one GradScaler per env)")
@@ -136,6 +139,8 @@ class PPORun:
     quiet: bool
     ctx: DistContext = SINGLE_PROCESS
     """This process's rank under `torchrun`: only rank 0 writes and prints."""
+    wandb_project: str | None = None
+    """`--track`: the W&B project rank 0 logs to (not a setting: a resumed run tracks only if asked)."""
 
 
 # --------------------------------------------------------------------------- resolving arguments
@@ -175,7 +180,7 @@ def resolve_ppo(args: argparse.Namespace, rest: Sequence[str] = (), ctx: DistCon
     )
     return PPORun(
         settings, task, data, env, devices, policy_device, config, blueprints, knobs, run_dir, resume, resume_path,
-        args.quiet, ctx,
+        args.quiet, ctx, tracking_project(args),
     )  # fmt: skip
 
 
@@ -335,7 +340,10 @@ def run_ppo(run: PPORun) -> dict[str, Any]:
     if main_rank:
         prepare_run_dir(run)
     config = resolved_config(run.settings, run.knobs)
-    hub = run_telemetry(run.run_dir, config, console=False, rounds=True) if main_rank else TelemetryHub([])
+    if main_rank:
+        hub = run_telemetry(run.run_dir, config, console=False, rounds=True, wandb_project=run.wandb_project)
+    else:
+        hub = TelemetryHub([])
     quiet = run.quiet or not main_rank
     started = time.perf_counter()
     try:

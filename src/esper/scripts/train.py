@@ -26,6 +26,7 @@ from esper.nissa import TelemetryError
 from esper.scripts.common import (
     OneLineParser,
     UsageError,
+    add_tracking_flags,
     check_minimum,
     check_run_dir,
     load_task_data,
@@ -34,6 +35,7 @@ from esper.scripts.common import (
     resolve_slots,
     resolve_task,
     run_telemetry,
+    tracking_project,
 )
 from esper.scripts.config import (
     HEURISTIC_GROUPS,
@@ -85,6 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
     h = add_command(sub, "heuristic", "train with the rule-based controller", HEURISTIC_GROUPS)
     h.add_argument("--episodes", type=int, help="independent training runs, seeds S, S+1, ... (default 1)")
     h.add_argument("--device", help="cpu, cuda, cuda:N or mps (default cpu)")
+    add_tracking_flags(h)
     add_ppo_parser(sub)
     add_eval_parser(sub)
     add_report_parser(sub)
@@ -111,6 +114,8 @@ class HeuristicRun:
     """The resolved settings and knobs, as the run directory records them."""
     run_dir: Path
     quiet: bool
+    wandb_project: str | None = None
+    """`--track`: the W&B project to log to."""
 
 
 def resolve_heuristic(args: argparse.Namespace, rest: Sequence[str] = ()) -> HeuristicRun:
@@ -150,13 +155,23 @@ def resolve_heuristic(args: argparse.Namespace, rest: Sequence[str] = ()) -> Heu
     )
     config = resolved_config(settings, knobs)
     return HeuristicRun(
-        task, data, env, episodes, rng_seed, blueprints, knobs["heuristic"], config, run_dir, args.quiet
+        task,
+        data,
+        env,
+        episodes,
+        rng_seed,
+        blueprints,
+        knobs["heuristic"],
+        config,
+        run_dir,
+        args.quiet,
+        tracking_project(args),
     )
 
 
 def run_heuristic(run: HeuristicRun) -> dict:
     run.run_dir.mkdir(parents=True, exist_ok=True)
-    hub = run_telemetry(run.run_dir, run.config, console=not run.quiet)
+    hub = run_telemetry(run.run_dir, run.config, console=not run.quiet, wandb_project=run.wandb_project)
     env = MorphogeneticEnv(run.env, run.data, emit=hub.emit)
     controller = HeuristicController(
         run.task.topology, run.env.enabled_slots, run.blueprints, run.heuristic, run.env.thresholds
