@@ -315,6 +315,7 @@ def test_subprocess_heuristic_run_on_default_task(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr
     assert "esper: error" not in result.stderr
+    assert "3/3" in result.stderr and ("epoch/s" in result.stderr or "s/epoch" in result.stderr)  # the bar
     out = result.stdout.splitlines()
     assert out[0].startswith("esper heuristic: task shapes")
     progress = [line for line in out if line.startswith("[episode 0 epoch")]

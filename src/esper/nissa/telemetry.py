@@ -7,6 +7,7 @@ import queue
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TextIO
@@ -62,14 +63,22 @@ class JsonlBackend:
 
 
 class ConsoleBackend:
-    """Human-readable progress: one line per epoch and per lifecycle event."""
+    """Human-readable progress: one line per epoch and per lifecycle event.
 
-    def __init__(self, stream: TextIO | None = None) -> None:
+    `write_line` replaces printing to `stream` (a progress bar's own writer, so lines go above
+    the bar instead of through it)."""
+
+    def __init__(self, stream: TextIO | None = None, write_line: Callable[[str], None] | None = None) -> None:
         self._stream = stream or sys.stdout
+        self._write_line = write_line
 
     def write(self, event: Event) -> None:
         line = format_event(event)
-        if line:
+        if not line:
+            return
+        if self._write_line is not None:
+            self._write_line(line)
+        else:
             print(line, file=self._stream, flush=True)
 
     def close(self) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -120,10 +120,11 @@ def run_telemetry(
     console: bool,
     rounds: bool = False,
     wandb_project: str | None = None,
+    write_line: Callable[[str], None] | None = None,
 ) -> TelemetryHub:
     """The hub of a run directory: `events.jsonl`, `metrics.jsonl` for PPO rounds (`rounds`),
     TensorBoard in `tensorboard/`, W&B when a project is given (`--track`), and the console's
-    progress lines unless quiet."""
+    progress lines unless quiet (through `write_line` when a progress bar is drawn)."""
     backends: list[Backend] = [JsonlBackend(run_dir / "events.jsonl")]
     if rounds:
         backends.append(JsonlBackend(run_dir / "metrics.jsonl", rows_only=True))
@@ -131,5 +132,5 @@ def run_telemetry(
     if wandb_project is not None:
         backends.append(WandbBackend(run_dir, config, wandb_project))
     if console:
-        backends.append(ConsoleBackend())
+        backends.append(ConsoleBackend(write_line=write_line))
     return TelemetryHub(backends)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from tqdm import tqdm
 
 import esper
 from esper.karn import episode_summary, write_json_atomic, write_torch_atomic
@@ -171,7 +172,16 @@ def resolve_heuristic(args: argparse.Namespace, rest: Sequence[str] = ()) -> Heu
 
 def run_heuristic(run: HeuristicRun) -> dict:
     run.run_dir.mkdir(parents=True, exist_ok=True)
-    hub = run_telemetry(run.run_dir, run.config, console=not run.quiet, wandb_project=run.wandb_project)
+    bar = tqdm(
+        total=run.episodes * run.env.max_epochs, unit="epoch", disable=run.quiet, file=sys.stderr, dynamic_ncols=True
+    )
+    hub = run_telemetry(
+        run.run_dir,
+        run.config,
+        console=not run.quiet,
+        wandb_project=run.wandb_project,
+        write_line=lambda line: tqdm.write(line, file=sys.stdout),
+    )
     env = MorphogeneticEnv(run.env, run.data, emit=hub.emit)
     controller = HeuristicController(
         run.task.topology, run.env.enabled_slots, run.blueprints, run.heuristic, run.env.thresholds
@@ -186,11 +196,12 @@ def run_heuristic(run: HeuristicRun) -> dict:
     outcomes = []
     try:
         for i in range(run.episodes):
-            outcome = run_episode(env, controller, rng_seed=run.rng_seed + i, episode=i)
+            outcome = run_episode(env, controller, rng_seed=run.rng_seed + i, episode=i, on_step=bar.update)
             write_torch_atomic(run.run_dir / "grown" / f"episode-{i:04d}.pt", env.grown_network(outcome.to_json()))
             outcomes.append(outcome)
     finally:
         hub.close()
+        bar.close()
     slot_names = [s.name for s in env.model.slot_ids] if env.model is not None else list(run.env.enabled_slots)
     summary = episode_summary(
         run.task.name,

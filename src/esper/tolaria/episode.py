@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -51,7 +51,14 @@ class EpisodeOutcome:
         }
 
 
-def run_episode(env: MorphogeneticEnv, controller: Controller, rng_seed: int, episode: int) -> EpisodeOutcome:
+def run_episode(
+    env: MorphogeneticEnv,
+    controller: Controller,
+    rng_seed: int,
+    episode: int,
+    on_step: Callable[[], None] | None = None,
+) -> EpisodeOutcome:
+    """One whole episode; `on_step` is called after each step (a progress bar)."""
     signals = env.reset(rng_seed, episode)
     controller.reset()
     done = False
@@ -60,6 +67,8 @@ def run_episode(env: MorphogeneticEnv, controller: Controller, rng_seed: int, ep
         result = env.step(decision)
         controller.record_step(decision, result.changes)
         signals, done = result.signals, result.done
+        if on_step is not None:
+            on_step()
     test = env.evaluate_test()
     outcome = EpisodeOutcome(
         episode=episode,
