@@ -653,3 +653,44 @@ def test_unreadable_text_path_is_a_dataset_error(tmp_path: Path, monkeypatch: py
     _deny(monkeypatch, "is_file", locked)
     with pytest.raises(DatasetError, match="Permission denied"):
         load_text_corpus(locked, block_size=8, val_fraction=0.1, test_fraction=0.1)
+
+
+class RunsACommand:
+    """What a hostile mirror could ship as a batch: unpickling it calls os.system."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        import os
+
+        return (os.system, (f"touch {self.marker}",))
+
+
+@pytest.mark.parametrize("name", ["data_batch_1", CIFAR10_TEST_FILE])
+def test_a_crafted_cifar10_pickle_runs_nothing_and_is_refused(cifar_root: Path, tmp_path: Path, name: str) -> None:
+    marker = tmp_path / "pwned"
+    with (cifar_root / name).open("wb") as f:
+        pickle.dump({b"data": RunsACommand(marker), b"labels": [0]}, f, protocol=2)
+    with pytest.raises(DatasetError, match=r"not a CIFAR-10 batch: it calls posix.system; nothing in it was run"):
+        load_cifar10(cifar_root)
+    assert not marker.exists()
+
+
+def test_a_crafted_cifar10_pickle_is_one_line_with_exit_2_from_the_command_line(
+    cifar_root: Path, tmp_path: Path, workdir: Path, capsys
+) -> None:
+    from test_cli import check_usage_error
+
+    marker = tmp_path / "pwned"
+    with (cifar_root / "data_batch_3").open("wb") as f:
+        pickle.dump({b"data": RunsACommand(marker), b"labels": [0]}, f, protocol=2)
+    argv = ["heuristic", "--task", "cifar10", "--data-dir", str(cifar_root), "--run-dir", str(tmp_path / "run")]
+    check_usage_error(capsys, argv, "not a CIFAR-10 batch")
+    assert not marker.exists() and not (tmp_path / "run").exists()
+
+
+def test_a_batch_whose_data_is_not_a_uint8_array_is_corrupt(cifar_root: Path) -> None:
+    write_cifar_batch(cifar_root / "data_batch_4", np.zeros((3, 3072), dtype=np.float64), [0, 1, 2])
+    with pytest.raises(DatasetError, match="expected a uint8 NumPy array"):
+        load_cifar10(cifar_root)

@@ -13,8 +13,9 @@ import pickle
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
+import numpy as np
 import torch
 
 
@@ -331,13 +332,47 @@ def find_cifar10_dir(data_dir: Path) -> Path:
     )
 
 
+CIFAR10_PICKLE_GLOBALS = frozenset(
+    {
+        ("numpy.core.multiarray", "_reconstruct"),
+        ("numpy._core.multiarray", "_reconstruct"),
+        ("numpy", "ndarray"),
+        ("numpy", "dtype"),
+        ("_codecs", "encode"),  # how a Python 3 pickle of protocol 2 spells bytes
+    }
+)
+"""The only callables a CIFAR-10 python batch refers to: NumPy's array rebuilding (the `data`
+array) and, in files written by Python 3, the bytes constructor. Nothing else is ever called."""
+
+
+class CifarUnpickler(pickle.Unpickler):
+    """A pickle reader for CIFAR-10 batches that admits only what the real format holds.
+
+    Why: a pickle can name any callable, and `pickle.load` calls it; a `data_batch_1` from an
+    untrusted mirror could run code as the file is read. This reader builds dicts, lists, bytes,
+    str, ints and NumPy arrays, and refuses any other callable before calling it.
+    """
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) not in CIFAR10_PICKLE_GLOBALS:
+            raise pickle.UnpicklingError(f"not a CIFAR-10 batch: it calls {module}.{name}")
+        return super().find_class(module, name)
+
+
 def _read_cifar_batch(path: Path) -> tuple[torch.Tensor, torch.Tensor]:
     if not path.is_file():
         raise DatasetError(f"CIFAR-10 file {str(path)!r} is missing")
     try:
         with path.open("rb") as f:
-            entry = pickle.load(f, encoding="bytes")
+            entry = CifarUnpickler(f, encoding="bytes").load()
         data, labels = entry[b"data"], entry[b"labels"]
+        if not isinstance(data, np.ndarray) or data.dtype != np.uint8:
+            raise DatasetError(
+                f"CIFAR-10 file {str(path)!r} is corrupt: data is {type(data).__name__} "
+                f"{getattr(data, 'dtype', '')}, expected a uint8 NumPy array"
+            )
+        if not isinstance(labels, list) or not all(isinstance(label, int) for label in labels):
+            raise DatasetError(f"CIFAR-10 file {str(path)!r} is corrupt: labels are not a list of ints")
         if getattr(data, "ndim", None) != 2 or data.shape[1] != 3 * 32 * 32:
             raise DatasetError(
                 f"CIFAR-10 file {str(path)!r} is corrupt: data has shape {getattr(data, 'shape', None)}, "
@@ -347,6 +382,10 @@ def _read_cifar_batch(path: Path) -> tuple[torch.Tensor, torch.Tensor]:
         targets = torch.as_tensor(labels, dtype=torch.int64)
     except DatasetError:
         raise
+    except pickle.UnpicklingError as exc:
+        if str(exc).startswith("not a CIFAR-10 batch"):
+            raise DatasetError(f"CIFAR-10 file {str(path)!r} is corrupt: {exc}; nothing in it was run") from exc
+        raise DatasetError(f"CIFAR-10 file {str(path)!r} is corrupt: {type(exc).__name__}: {exc}") from exc
     except Exception as exc:
         raise DatasetError(f"CIFAR-10 file {str(path)!r} is corrupt: {type(exc).__name__}: {exc}") from exc
     if images.shape[0] != targets.shape[0] or targets.numel() == 0 or not bool(((targets >= 0) & (targets < 10)).all()):
