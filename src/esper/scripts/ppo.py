@@ -52,6 +52,7 @@ from esper.simic.checkpoint import (
     checkpoint_path,
     checkpoint_payload,
     later_checkpoints,
+    latest_checkpoint,
     load_learner_state,
     read_checkpoint,
     save_checkpoint,
@@ -112,7 +113,11 @@ def add_ppo_parser(sub: argparse._SubParsersAction) -> None:
         help="torch.compile each host's training forward (recompiles when a seed changes the graph)",
     )
     p.add_argument("--save-every", type=int, help="write a checkpoint every R rounds, and after the last (default 1)")
-    p.add_argument("--resume", help="continue from this checkpoint (settings and knobs come from it unless given)")
+    p.add_argument(
+        "--resume",
+        help="continue from this checkpoint, from the latest one of a run directory, or with 'last' from the latest "
+        "one of --run-dir, starting fresh if it has none (settings and knobs come from the checkpoint unless given)",
+    )
     p.add_argument(
         "--clone-episodes",
         type=int,
@@ -141,12 +146,17 @@ class PPORun:
     """This process's rank under `torchrun`: only rank 0 writes and prints."""
     wandb_project: str | None = None
     """`--track`: the W&B project rank 0 logs to (not a setting: a resumed run tracks only if asked)."""
+    set_aside: tuple[Path, ...] = ()
+    """Checkpoints newer than the one resumed that did not read as complete: renamed `*.corrupt`."""
+    restart_in_place: bool = False
+    """`--resume last` (or a run directory) found no checkpoint: start fresh in that directory,
+    dropping the telemetry of any earlier start that never reached one."""
 
 
 # --------------------------------------------------------------------------- resolving arguments
 def resolve_ppo(args: argparse.Namespace, rest: Sequence[str] = (), ctx: DistContext = SINGLE_PROCESS) -> PPORun:
     """Validate every setting, knob (and the checkpoint) before anything is written."""
-    resume_path = Path(args.resume) if args.resume is not None else None
+    resume_path, skipped, folder = resolve_resume_path(args.resume, args.run_dir)
     resume = read_resume(resume_path) if resume_path is not None else None
     settings, knobs = resolve_settings_and_knobs(args, rest, resume)
     task = knobs["host"].apply(resolve_task(settings["task"]))
@@ -164,7 +174,14 @@ def resolve_ppo(args: argparse.Namespace, rest: Sequence[str] = (), ctx: DistCon
             check_resumable(resume_path, resume, settings["episodes"], spaces)  # type: ignore[arg-type]
         except CheckpointError as exc:
             raise UsageError(str(exc)) from None
-    run_dir = resolve_run_dir(args.run_dir, task, resume, resume_path)
+    set_aside = tuple(path for path, _ in skipped)
+    restart_in_place = folder is not None and resume is None
+    if folder is not None:  # a run directory resumed (or started) in place
+        run_dir = folder
+        if resume is not None:
+            check_no_later_checkpoints(run_dir, resume, resume_path, set_aside)  # type: ignore[arg-type]
+    else:
+        run_dir = resolve_run_dir(args.run_dir, task, resume, resume_path)
     data = load_task_data(task, settings["data_dir"])
     env = EnvConfig(
         task=task,
@@ -180,7 +197,7 @@ def resolve_ppo(args: argparse.Namespace, rest: Sequence[str] = (), ctx: DistCon
     )
     return PPORun(
         settings, task, data, env, devices, policy_device, config, blueprints, knobs, run_dir, resume, resume_path,
-        args.quiet, ctx, tracking_project(args),
+        args.quiet, ctx, tracking_project(args), set_aside, restart_in_place,
     )  # fmt: skip
 
 
@@ -207,6 +224,29 @@ def trainer_config(settings: dict[str, Any], knobs: dict[str, Any]) -> TrainerCo
         )
     except ValueError as exc:  # the reward's gamma must be PPO's
         raise UsageError(str(exc)) from None
+
+
+def resolve_resume_path(
+    flag: str | None, run_dir: str | None
+) -> tuple[Path | None, list[tuple[Path, str]], Path | None]:
+    """The checkpoint `--resume` names: a file as given; for a run directory (or `last`, meaning
+    `--run-dir`) its latest complete checkpoint, or None to start fresh when it has none. Also
+    the newer checkpoints that did not read as complete (to be set aside), and the run directory
+    when one was named (the run continues there)."""
+    if flag is None:
+        return None, [], None
+    if flag == "last":
+        if run_dir is None:
+            raise UsageError("--resume last needs --run-dir: the run directory to continue (or to start)")
+        folder = Path(run_dir)
+    elif Path(flag).is_dir():
+        folder = Path(flag)
+    else:
+        return Path(flag), [], None
+    latest, skipped = latest_checkpoint(folder)
+    for _, reason in skipped:
+        print(f"esper: warning: {reason}; resuming from the checkpoint before it", file=sys.stderr)
+    return latest, skipped, folder
 
 
 def read_resume(path: Path) -> dict[str, Any]:
@@ -268,14 +308,22 @@ def resolve_run_dir(flag: str | None, task: TaskSpec, resume: dict | None, resum
             check_run_dir(run_dir, RUN_FILES)
             return run_dir
     run_dir = Path(resume["run_dir"])
+    check_no_later_checkpoints(run_dir, resume, resume_path)  # type: ignore[arg-type]
+    return run_dir
+
+
+def check_no_later_checkpoints(
+    run_dir: Path, resume: dict, resume_path: Path, set_aside: tuple[Path, ...] = ()
+) -> None:
+    """Resuming must not overwrite a checkpoint of a later round (damaged ones set aside do not count)."""
     round_done = int(resume["learner"]["round"])
-    later = later_checkpoints(run_dir, round_done)
+    skipped = {path.name for path in set_aside}
+    later = [name for name in later_checkpoints(run_dir, round_done) if name not in skipped]
     if later:
         raise UsageError(
             f"{str(resume_path)!r} is from round {round_done}, but {str(run_dir)!r} already holds later checkpoints "
             f"({', '.join(later)}); resume from the latest one, or pass a new --run-dir"
         )
-    return run_dir
 
 
 # --------------------------------------------------------------------------- running
@@ -378,8 +426,14 @@ def run_ppo(run: PPORun) -> dict[str, Any]:
 
 
 def prepare_run_dir(run: PPORun) -> None:
-    """Create the run directory; a resumed run drops the metrics rows after its checkpoint."""
+    """Create the run directory; a resumed run drops the metrics rows after its checkpoint, and
+    a run restarted in place (no checkpoint to resume) drops an earlier start's telemetry."""
     run.run_dir.mkdir(parents=True, exist_ok=True)
+    for path in run.set_aside:
+        path.rename(path.with_name(path.name + ".corrupt"))
+    if run.restart_in_place:
+        for name in ("metrics.jsonl", "events.jsonl"):
+            (run.run_dir / name).unlink(missing_ok=True)
     write_json_atomic(run.run_dir / "config.json", resolved_config(run.settings, run.knobs))
     if run.resume is not None:
         metrics_path = run.run_dir / "metrics.jsonl"

@@ -84,6 +84,23 @@ def read_checkpoint(path: Path) -> dict[str, Any]:
     return payload
 
 
+def latest_checkpoint(run_dir: Path) -> tuple[Path | None, list[tuple[Path, str]]]:
+    """The newest checkpoint of `run_dir` that reads as complete (None if there is none), and the
+    newer ones skipped because they did not, each with the reason: a kill or a full disk can damage
+    at most the file being written, so the one before it is the last complete round."""
+    skipped: list[tuple[Path, str]] = []
+    for path in sorted((run_dir / "checkpoints").glob("round-*.pt"), key=checkpoint_round, reverse=True):
+        if checkpoint_round(path) < 0:
+            continue
+        try:
+            read_checkpoint(path)
+        except CheckpointError as exc:
+            skipped.append((path, str(exc)))
+            continue
+        return path, skipped
+    return None, skipped
+
+
 def check_resumable(path: Path, payload: dict[str, Any], episodes: int, spaces: dict[str, Any]) -> None:
     """The run has episodes left to go, and the policy fits the spaces this run builds."""
     done = int(payload["learner"]["episodes_done"])

@@ -1,0 +1,60 @@
+"""`--resume last` (or a run directory): the latest complete checkpoint, a fresh start where there
+is none, and a damaged latest checkpoint set aside for the one before it."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from esper.scripts.train import main
+from test_cli import check_usage_error
+from test_cli_ppo import TINY, rows, tiny_tasks, without_timing  # noqa: F401 (tiny_tasks is a fixture)
+
+
+def test_resume_last_starts_fresh_then_continues_exactly(tiny_tasks, workdir: Path, tmp_path: Path) -> None:
+    whole, split = tmp_path / "whole", tmp_path / "split"
+    assert main(["ppo", "--episodes", "6", *TINY, "--run-dir", str(whole)]) == 0
+    same_command = ["ppo", *TINY, "--resume", "last", "--run-dir", str(split)]
+    assert main([*same_command, "--episodes", "4"]) == 0  # no checkpoint yet: a fresh run
+    assert main([*same_command, "--episodes", "6"]) == 0  # the latest checkpoint (round 2)
+    assert [without_timing(r) for r in rows(split)] == [without_timing(r) for r in rows(whole)]
+
+
+def test_a_run_directory_given_to_resume_means_its_latest_checkpoint(tiny_tasks, workdir: Path, tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    assert main(["ppo", "--episodes", "4", *TINY, "--save-every", "1", "--run-dir", str(run_dir)]) == 0
+    assert main(["ppo", "--resume", str(run_dir), "--episodes", "6", "--quiet"]) == 0
+    assert [r["round"] for r in rows(run_dir)] == [1, 2, 3]
+
+
+def test_a_damaged_latest_checkpoint_is_set_aside_with_a_warning(
+    tiny_tasks, workdir: Path, tmp_path: Path, capsys
+) -> None:
+    whole, split = tmp_path / "whole", tmp_path / "split"
+    assert main(["ppo", "--episodes", "6", *TINY, "--run-dir", str(whole)]) == 0
+    assert main(["ppo", "--episodes", "4", *TINY, "--run-dir", str(split)]) == 0
+    latest = split / "checkpoints" / "round-0002.pt"
+    latest.write_bytes(latest.read_bytes()[:100])  # a kill mid-write
+    capsys.readouterr()
+    assert main(["ppo", *TINY, "--resume", "last", "--run-dir", str(split), "--episodes", "6"]) == 0
+    err = capsys.readouterr().err
+    assert "warning" in err and "round-0002.pt" in err and "resuming from the checkpoint before it" in err
+    assert (split / "checkpoints" / "round-0002.pt.corrupt").exists()  # kept, not lost
+    assert [without_timing(r) for r in rows(split)] == [without_timing(r) for r in rows(whole)]
+
+
+def test_a_fresh_start_in_place_drops_the_telemetry_of_a_start_that_saved_nothing(
+    tiny_tasks, workdir: Path, tmp_path: Path
+) -> None:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "metrics.jsonl").write_text('{"round": 1, "stale": true}\n')
+    (run_dir / "events.jsonl").write_text('{"kind": "epoch", "stale": true}\n')
+    assert main(["ppo", "--episodes", "2", *TINY, "--resume", "last", "--run-dir", str(run_dir)]) == 0
+    assert all("stale" not in r for r in rows(run_dir))
+    assert "stale" not in (run_dir / "events.jsonl").read_text()
+
+
+def test_resume_last_needs_a_run_directory(workdir: Path, capsys) -> None:
+    check_usage_error(capsys, ["ppo", "--resume", "last"], "--resume last needs --run-dir")
