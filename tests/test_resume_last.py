@@ -6,10 +6,19 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).parent))
+from conftest import tiny_shapes_task
 from esper.scripts.train import main
+from esper.tolaria import TASKS
 from test_cli import check_usage_error
-from test_cli_ppo import TINY, rows, tiny_tasks, without_timing  # noqa: F401 (tiny_tasks is a fixture)
+from test_cli_ppo import TINY, rows, without_timing
+
+
+@pytest.fixture
+def tiny_tasks(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(TASKS, "shapes", tiny_shapes_task())
 
 
 def test_resume_last_starts_fresh_then_continues_exactly(tiny_tasks, workdir: Path, tmp_path: Path) -> None:
