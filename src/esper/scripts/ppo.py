@@ -46,6 +46,7 @@ from esper.scripts.config import (
     parse_knobs,
     resolved_config,
 )
+from esper.scripts.signals import GracefulStop, StopRequested
 from esper.simic import CheckpointError
 from esper.simic.checkpoint import (
     check_resumable,
@@ -394,6 +395,7 @@ def run_ppo(run: PPORun) -> dict[str, Any]:
         hub = TelemetryHub([])
     quiet = run.quiet or not main_rank
     started = time.perf_counter()
+    stop_code = 0
     try:
         envs, learner = build(run, hub.emit)
         if run.resume is None and run.settings["clone_episodes"] > 0:
@@ -403,14 +405,22 @@ def run_ppo(run: PPORun) -> dict[str, Any]:
             print(start_line(run, envs, learner, remaining), flush=True)
         last_row: dict[str, float] = {}
         total = remaining * run.env.max_epochs
-        with tqdm(total=total, unit="step", disable=quiet, file=sys.stderr, dynamic_ncols=True) as bar:
-            while learner.episodes_done < run.config.episodes:
+        bar = tqdm(total=total, unit="step", disable=quiet, file=sys.stderr, dynamic_ncols=True)
+        with bar, GracefulStop("this round is finished and checkpointed") as stop:
+            while learner.episodes_done < run.config.episodes and not stop_code:
                 last_row = run_round(envs, learner, on_step=lambda n: bar.update(n * run.ctx.world_size))
-                record_round(run, envs, learner, last_row, hub)
+                stop_code = stop.exit_code(run.ctx)
+                record_round(run, envs, learner, last_row, hub, force_save=bool(stop_code))
                 if not quiet:
                     tqdm.write(round_line(run, learner, last_row))
     finally:
         hub.close()
+    if stop_code and learner.episodes_done < run.config.episodes:
+        raise StopRequested(
+            stop_code,
+            f"stopped after round {learner.round} ({learner.episodes_done} of {run.config.episodes} episodes), "
+            f"checkpointed; continue with: esper ppo --resume last --run-dir {run.run_dir}",
+        )
     if not main_rank:
         return {}
     summary = run_summary(run, envs, learner, last_row, time.perf_counter() - started)
@@ -442,13 +452,19 @@ def prepare_run_dir(run: PPORun) -> None:
 
 
 def record_round(
-    run: PPORun, envs: MorphogeneticEnvs, learner: Learner, row: dict[str, float], hub: TelemetryHub
+    run: PPORun,
+    envs: MorphogeneticEnvs,
+    learner: Learner,
+    row: dict[str, float],
+    hub: TelemetryHub,
+    force_save: bool = False,
 ) -> None:
     """Send the round's metrics to telemetry (`metrics.jsonl`, TensorBoard) and, every
-    `--save-every` rounds and after the last, save a checkpoint once the row is written.
+    `--save-every` rounds, after the last and when stopping (`force_save`), save a checkpoint
+    once the row is written.
     Building the checkpoint is a collective, so every rank calls this."""
     final = learner.episodes_done >= run.config.episodes
-    save = learner.round % run.settings["save_every"] == 0 or final
+    save = learner.round % run.settings["save_every"] == 0 or final or force_save
     settings = {k: v for k, v in run.settings.items() if k in SETTINGS}
     payload = (
         checkpoint_payload(

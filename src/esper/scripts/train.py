@@ -50,6 +50,7 @@ from esper.scripts.config import (
 from esper.scripts.evaluate import add_eval_parser, resolve_eval, run_eval
 from esper.scripts.ppo import add_ppo_parser, distributed_context, resolve_ppo, run_ppo
 from esper.scripts.report import add_report_parser, resolve_report, run_report
+from esper.scripts.signals import StopRequested
 from esper.scripts.watch import add_watch_parser, resolve_watch, run_watch
 from esper.simic.distributed import SINGLE_PROCESS, shutdown_distributed
 from esper.tamiyo import PREFERRED_BLUEPRINTS, HeuristicConfig, HeuristicController
@@ -255,6 +256,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         execute(run)
+    except StopRequested as exc:
+        if ctx.is_main:
+            print(f"esper: {exc.message}", file=sys.stderr, flush=True)
+        shutdown_distributed(graceful=False)
+        return exc.exit_code
     except TelemetryError as exc:
         print(f"esper: error: {exc}", file=sys.stderr)
         shutdown_distributed(graceful=False)
