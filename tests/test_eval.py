@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from conftest import tiny_shapes_task
 from esper.scripts.evaluate import ControllerSpec, pairs
@@ -72,6 +73,11 @@ def test_eval_writes_one_entry_per_seed_and_paired_differences(
     difference = report["paired"]["random - static"]["mean"]
     assert difference == pytest.approx(sum(random["test_accuracy"]) / 2 - sum(static["test_accuracy"]) / 2)
     assert (run_dir / "config.json").exists()
+    board = EventAccumulator(str(run_dir / "tensorboard"))
+    board.Reload()
+    curve = board.Scalars("eval/random/test_accuracy")
+    assert [e.step for e in curve] == [3, 4]
+    assert [e.value for e in curve] == pytest.approx(random["test_accuracy"])
 
 
 def test_every_controller_sees_the_same_host_and_data_for_a_seed(tiny_shapes, workdir: Path, tmp_path: Path) -> None:

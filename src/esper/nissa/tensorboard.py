@@ -11,6 +11,8 @@ What goes where (`tensorboard --logdir runs` shows each run directory as one run
 - Episode ends: `host/final_test_accuracy`, `host/final_val_accuracy` and `host/seed_params`
   against the episode number.
 - Lifecycle events (`stage_change`, `governor_rollback`): text under `lifecycle/episode_NNNN`.
+- `esper eval` (`eval_result` events): `eval/CONTROLLER/{test_accuracy,val_accuracy,seed_params}`
+  against the seed.
 - The resolved configuration: the HParams tab, and a text table as CleanRL writes it.
 """
 
@@ -23,6 +25,8 @@ from typing import Any
 from esper.leyline import SeedStage
 from esper.nissa.telemetry import ROUND_METRICS, Event
 
+EVAL_RESULT = "eval_result"
+"""One controller's episode on one seed in `esper eval`."""
 FINAL_METRICS = ("host/final_test_accuracy", "host/final_val_accuracy", "charts/final_test_accuracy")
 """Scalars the HParams tab shows beside the configuration."""
 
@@ -68,6 +72,9 @@ class TensorBoardBackend:
                     self._writer.add_scalar(name, value, step)
         elif event.kind == "epoch":
             self._epoch(event)
+        elif event.kind == EVAL_RESULT:
+            for name in ("test_accuracy", "val_accuracy", "seed_params"):
+                self._writer.add_scalar(f"eval/{d['controller']}/{name}", d[name], event.episode)
         elif event.kind == "episode_end":
             for name in ("final_test_accuracy", "final_val_accuracy", "seed_params"):
                 self._writer.add_scalar(f"host/{name}", d[name], event.episode)

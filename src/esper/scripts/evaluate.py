@@ -33,6 +33,8 @@ import torch
 
 from esper.karn import estimate, paired_difference, write_json_atomic
 from esper.leyline import GateThresholds
+from esper.nissa import Event, TelemetryHub
+from esper.nissa.tensorboard import EVAL_RESULT, TensorBoardBackend
 from esper.scripts.common import (
     UsageError,
     check_minimum,
@@ -83,7 +85,7 @@ EVAL_DEFAULTS: dict[str, Any] = {
     "workers": None,
     "sample": False,
 }
-RUN_FILES = ("eval.json", "config.json")
+RUN_FILES = ("eval.json", "config.json", "tensorboard")
 BASELINES = ("static", "matched", "heuristic", "random")
 """What a learned controller is compared against, paired, in this order."""
 GROWING = ("heuristic", "random", "policy")
@@ -447,6 +449,12 @@ def run_eval(run: EvalRun) -> dict[str, Any]:
     report = comparison(run, results, width)
     report["torch"] = torch.__version__
     write_json_atomic(run.run_dir / "eval.json", report)
+    board = TelemetryHub([TensorBoardBackend(run.run_dir / "tensorboard", run.config)])
+    for name, lists in report["controllers"].items():
+        for i, seed in enumerate(report["seeds"]):
+            values = {k: lists[k][i] for k in ("test_accuracy", "val_accuracy", "seed_params")}
+            board.emit(Event(EVAL_RESULT, seed, 0, {"controller": name, **values}))
+    board.close()
     print(table(report))
     print(f"eval.json in {run.run_dir}", flush=True)
     return report
