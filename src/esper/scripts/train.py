@@ -9,6 +9,7 @@ Every bad input ends in one line on stderr and exit code 2, before anything is w
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -21,7 +22,7 @@ import torch
 from tqdm import tqdm
 
 import esper
-from esper.karn import episode_summary, write_json_atomic, write_torch_atomic
+from esper.karn import episode_summary, write_atomic, write_json_atomic, write_torch_atomic
 from esper.kasmina.blueprints import blueprint_names
 from esper.nissa import TelemetryError
 from esper.scripts.common import (
@@ -42,6 +43,7 @@ from esper.scripts.config import (
     HEURISTIC_GROUPS,
     add_command,
     config_file,
+    jsonable,
     merge_settings,
     over_tuned_heuristic,
     parse_knobs,
@@ -50,7 +52,7 @@ from esper.scripts.config import (
 from esper.scripts.evaluate import add_eval_parser, resolve_eval, run_eval
 from esper.scripts.ppo import add_ppo_parser, distributed_context, resolve_ppo, run_ppo
 from esper.scripts.report import add_report_parser, resolve_report, run_report
-from esper.scripts.signals import StopRequested
+from esper.scripts.signals import GracefulStop, StopRequested
 from esper.scripts.watch import add_watch_parser, resolve_watch, run_watch
 from esper.simic.distributed import SINGLE_PROCESS, shutdown_distributed
 from esper.tamiyo import PREFERRED_BLUEPRINTS, HeuristicConfig, HeuristicController
@@ -61,11 +63,11 @@ from esper.tolaria import (
     TaskSpec,
 )
 from esper.tolaria.datasets import TaskData
-from esper.tolaria.episode import run_episode
+from esper.tolaria.episode import EpisodeOutcome, run_episode
 
 DEFAULT_MAX_GERMINATIONS = 6
 MAX_RNG_SEED = 2**63 - 1
-RUN_FILES = ("summary.json", "events.jsonl", "config.json", "grown", "tensorboard")
+RUN_FILES = ("summary.json", "events.jsonl", "config.json", "grown", "tensorboard", "episodes")
 
 
 HEURISTIC_DEFAULTS: dict[str, Any] = {
@@ -89,6 +91,11 @@ def build_parser() -> argparse.ArgumentParser:
     h = add_command(sub, "heuristic", "train with the rule-based controller", HEURISTIC_GROUPS)
     h.add_argument("--episodes", type=int, help="independent training runs, seeds S, S+1, ... (default 1)")
     h.add_argument("--device", help="cpu, cuda, cuda:N or mps (default cpu)")
+    h.add_argument(
+        "--resume",
+        choices=["last"],
+        help="with --run-dir: continue that run from its first unfinished episode (a fresh start if it has none)",
+    )
     add_tracking_flags(h)
     add_ppo_parser(sub)
     add_eval_parser(sub)
@@ -118,6 +125,8 @@ class HeuristicRun:
     quiet: bool
     wandb_project: str | None = None
     """`--track`: the W&B project to log to."""
+    finished: tuple[EpisodeOutcome, ...] = ()
+    """`--resume last`: the episodes the run directory already holds, in order."""
 
 
 def resolve_heuristic(args: argparse.Namespace, rest: Sequence[str] = ()) -> HeuristicRun:
@@ -143,7 +152,14 @@ def resolve_heuristic(args: argparse.Namespace, rest: Sequence[str] = ()) -> Heu
     run_dir = (
         Path(args.run_dir) if args.run_dir else Path("runs") / f"{time.strftime('%Y%m%d-%H%M%S')}-heuristic-{task.name}"
     )
-    check_run_dir(run_dir, RUN_FILES)
+    config = resolved_config(settings, knobs)
+    if args.resume is None:
+        check_run_dir(run_dir, RUN_FILES)
+        finished: tuple[EpisodeOutcome, ...] = ()
+    else:
+        if args.run_dir is None:
+            raise UsageError("--resume last needs --run-dir: the run directory to continue (or to start)")
+        finished = finished_episodes(run_dir, config, episodes)
     data = load_task_data(task, settings["data_dir"])
     env = EnvConfig(
         task=task,
@@ -155,7 +171,6 @@ def resolve_heuristic(args: argparse.Namespace, rest: Sequence[str] = ()) -> Heu
         governor=knobs["governor"],
         host_width=knobs["host"].width,
     )
-    config = resolved_config(settings, knobs)
     return HeuristicRun(
         task,
         data,
@@ -168,13 +183,69 @@ def resolve_heuristic(args: argparse.Namespace, rest: Sequence[str] = ()) -> Heu
         run_dir,
         args.quiet,
         tracking_project(args),
+        finished,
     )
+
+
+def keep_events_before(path: Path, episode: int) -> None:
+    """Drop the events of episodes from `episode` on (an episode a stop or a kill left
+    unfinished is run again, and its events written again)."""
+    if not path.exists():
+        return
+    kept = [line for line in path.read_text().splitlines(keepends=True) if _episode_of(line) < episode]
+    write_atomic(path, lambda f: f.write("".join(kept).encode("utf-8")))
+
+
+def _episode_of(line: str) -> int:
+    try:
+        return int(json.loads(line)["episode"])
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+        return sys.maxsize  # a line a kill cut short: dropped
+
+
+EPISODES_DIR = "episodes"
+"""`RUN/episodes/episode-NNNN.json`: each finished episode's outcome, what a resume reads."""
+
+
+def finished_episodes(run_dir: Path, config: dict[str, Any], episodes: int) -> tuple[EpisodeOutcome, ...]:
+    """The episodes 0, 1, ... that `run_dir` finished, if it was run with these same settings
+    (apart from the number of episodes); none for a new or empty directory."""
+    recorded = run_dir / "config.json"
+    if not recorded.exists():
+        check_run_dir(run_dir, RUN_FILES)  # a fresh start: nothing of another kind may be there
+        return ()
+    before = json.loads(recorded.read_text())
+    ignore = {"episodes"}
+    differ = sorted(
+        key
+        for key in set(before["settings"]) | set(config["settings"])
+        if key not in ignore and before["settings"].get(key) != config["settings"].get(key)
+    )
+    if differ or before["knobs"] != json.loads(json.dumps(jsonable(config["knobs"]))):
+        what = ", ".join(differ) if differ else "the knobs"
+        raise UsageError(f"{str(run_dir)!r} was run with other settings ({what}): resume it with the same ones")
+    outcomes = []
+    for number in range(episodes):
+        path = run_dir / EPISODES_DIR / f"episode-{number:04d}.json"
+        if not path.exists():
+            break
+        outcomes.append(EpisodeOutcome.from_json(json.loads(path.read_text())))
+    if len(outcomes) == episodes:
+        raise UsageError(f"{str(run_dir)!r} already holds all {episodes} episodes: nothing to resume")
+    return tuple(outcomes)
 
 
 def run_heuristic(run: HeuristicRun) -> dict:
     run.run_dir.mkdir(parents=True, exist_ok=True)
+    start = len(run.finished)
+    if start or (run.run_dir / "events.jsonl").exists():
+        keep_events_before(run.run_dir / "events.jsonl", start)  # an unfinished episode is run again
     bar = tqdm(
-        total=run.episodes * run.env.max_epochs, unit="epoch", disable=run.quiet, file=sys.stderr, dynamic_ncols=True
+        total=(run.episodes - start) * run.env.max_epochs,
+        unit="epoch",
+        disable=run.quiet,
+        file=sys.stderr,
+        dynamic_ncols=True,
     )
     hub = run_telemetry(
         run.run_dir,
@@ -183,7 +254,9 @@ def run_heuristic(run: HeuristicRun) -> dict:
         wandb_project=run.wandb_project,
         write_line=lambda line: tqdm.write(line, file=sys.stdout),
     )
-    env = MorphogeneticEnv(run.env, run.data, emit=hub.emit)
+    outcomes = list(run.finished)
+    seeds_grown = sum(len(o.records) for o in outcomes)
+    env = MorphogeneticEnv(run.env, run.data, emit=hub.emit, first_seed_number=seeds_grown + 1)
     controller = HeuristicController(
         run.task.topology, run.env.enabled_slots, run.blueprints, run.heuristic, run.env.thresholds
     )
@@ -194,15 +267,29 @@ def run_heuristic(run: HeuristicRun) -> dict:
         f"device {run.env.device}, run dir {run.run_dir}",
         flush=True,
     )
-    outcomes = []
+    if start:
+        print(f"resuming at episode {start}: {start} of {run.episodes} already finished", flush=True)
+    stop_code = 0
     try:
-        for i in range(run.episodes):
-            outcome = run_episode(env, controller, rng_seed=run.rng_seed + i, episode=i, on_step=bar.update)
-            write_torch_atomic(run.run_dir / "grown" / f"episode-{i:04d}.pt", env.grown_network(outcome.to_json()))
-            outcomes.append(outcome)
+        with GracefulStop("this episode is finished and saved") as stop:
+            for i in range(start, run.episodes):
+                outcome = run_episode(env, controller, rng_seed=run.rng_seed + i, episode=i, on_step=bar.update)
+                record = outcome.to_json()
+                write_torch_atomic(run.run_dir / "grown" / f"episode-{i:04d}.pt", env.grown_network(record))
+                write_json_atomic(run.run_dir / EPISODES_DIR / f"episode-{i:04d}.json", record)
+                outcomes.append(outcome)
+                stop_code = stop.exit_code(SINGLE_PROCESS)
+                if stop_code:
+                    break
     finally:
         hub.close()
         bar.close()
+    if stop_code and len(outcomes) < run.episodes:
+        raise StopRequested(
+            stop_code,
+            f"stopped after episode {len(outcomes) - 1} ({len(outcomes)} of {run.episodes} finished); continue with "
+            f"the same command and --resume last --run-dir {run.run_dir}",
+        )
     slot_names = [s.name for s in env.model.slot_ids] if env.model is not None else list(run.env.enabled_slots)
     summary = episode_summary(
         run.task.name,

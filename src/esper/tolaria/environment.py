@@ -129,7 +129,15 @@ class MorphogeneticEnv:
     then each new seed). Growing a seed therefore never changes the batches, so a grown run and a
     static run of the same RNG seed see the same data and start from the same host."""
 
-    def __init__(self, config: EnvConfig, data: TaskData, emit: Callable[[Event], None] | None = None) -> None:
+    def __init__(
+        self,
+        config: EnvConfig,
+        data: TaskData,
+        emit: Callable[[Event], None] | None = None,
+        first_seed_number: int = 1,
+    ) -> None:
+        """`first_seed_number` numbers this env's first seed (a resumed run continues the
+        numbering of the seeds its finished episodes grew)."""
         self.config = config
         self.passes = DevicePasses(config.device, data, config.amp)
         self.clock = EnvClock()
@@ -140,7 +148,7 @@ class MorphogeneticEnv:
         self.scaler: torch.amp.GradScaler | None = None
         """This env's own loss scaler (fp16 only), new each episode: never shared with another
         env or device, and an episode never inherits an earlier one's loss scale."""
-        self._seed_numbers = itertools.count(1)  # over the env's lifetime, so seed ids are unique per env
+        self._seed_numbers = itertools.count(first_seed_number)  # over the env's lifetime: unique seed ids
         self._open: _OpenStep | None = None
 
     # ----------------------------------------------------------------- public API

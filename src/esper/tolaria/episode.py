@@ -35,6 +35,23 @@ class EpisodeOutcome:
     rollbacks: int
     seconds: float
 
+    @classmethod
+    def from_json(cls, data: dict) -> EpisodeOutcome:
+        """The outcome `to_json` wrote (a resumed heuristic run reads its finished episodes back)."""
+        return cls(
+            episode=int(data["episode"]),
+            rng_seed=int(data["rng_seed"]),
+            final_val_accuracy=float(data["final_val_accuracy"]),
+            final_val_loss=float(data["final_val_loss"]),
+            final_test_accuracy=float(data["final_test_accuracy"]),
+            final_test_loss=float(data["final_test_loss"]),
+            host_params=int(data["host_params"]),
+            seed_params=int(data["seed_params"]),
+            records=tuple(SeedRecord.from_json(r) for r in data["seeds"]),
+            rollbacks=int(data["rollbacks"]),
+            seconds=float(data["seconds"]),
+        )
+
     def to_json(self) -> dict[str, object]:
         return {
             "episode": self.episode,

@@ -41,6 +41,17 @@ class SeedRecord:
     def final_stage(self) -> str:
         return self.stage_history[-1][1]
 
+    @classmethod
+    def from_json(cls, data: dict) -> SeedRecord:
+        return cls(
+            data["seed_id"],
+            data["slot"],
+            data["blueprint"],
+            data["schedule"],
+            int(data["param_count"]),
+            [(int(epoch), str(stage)) for epoch, stage in data["stage_history"]],
+        )
+
     def to_json(self) -> dict[str, object]:
         return {
             "seed_id": self.seed_id,

@@ -1,0 +1,65 @@
+"""A multi-episode heuristic run resumes from its first unfinished episode (`--resume last`), with
+the same results as an uninterrupted run."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from conftest import tiny_shapes_task
+from esper.scripts.train import main
+from esper.tolaria import TASKS
+from test_cli import check_usage_error
+
+pytestmark = pytest.mark.slow
+RUN = ["heuristic", "--episodes", "3", "--max-epochs", "16", "--quiet"]
+RUN += ["--heuristic.warmup_epochs", "1", "--heuristic.plateau_patience", "1"]
+
+
+@pytest.fixture
+def tiny_tasks(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(TASKS, "shapes", tiny_shapes_task())
+
+
+def results(run_dir: Path) -> dict:
+    summary = json.loads((run_dir / "summary.json").read_text())
+    episodes = [{k: v for k, v in e.items() if k != "seconds"} for e in summary["episode_results"]]
+    keys = ("final_test_accuracy_per_episode", "final_val_accuracy_per_episode", "seed_params_per_episode", "slots")
+    return {"episodes": episodes, **{k: summary[k] for k in keys}}
+
+
+def test_a_run_killed_in_its_third_episode_resumes_to_the_same_results(tiny_tasks, workdir: Path, tmp_path) -> None:
+    whole, killed = tmp_path / "whole", tmp_path / "killed"
+    assert main([*RUN, "--run-dir", str(whole)]) == 0
+    assert main([*RUN, "--resume", "last", "--run-dir", str(killed)]) == 0  # no run there yet: a fresh one
+    assert results(killed) == results(whole)
+    assert any(e["seeds"] for e in results(whole)["episodes"]), "seeds were grown"
+    # What a kill during episode 2 leaves: no record of it, no summary, a half-written event line.
+    for path in (
+        killed / "episodes" / "episode-0002.json",
+        killed / "summary.json",
+        killed / "grown" / "episode-0002.pt",
+    ):
+        path.unlink()
+    with (killed / "events.jsonl").open("a") as f:
+        f.write('{"kind": "epoch", "epi')
+    assert main([*RUN, "--resume", "last", "--run-dir", str(killed)]) == 0
+    assert results(killed) == results(whole)
+    events = [json.loads(line) for line in (killed / "events.jsonl").read_text().splitlines()]
+    ends = [e["episode"] for e in events if e["kind"] == "episode_end"]
+    assert ends == [0, 1, 2]
+
+
+def test_resume_refuses_other_settings_and_a_finished_run(tiny_tasks, workdir: Path, tmp_path, capsys) -> None:
+    run_dir = tmp_path / "run"
+    assert main([*RUN, "--run-dir", str(run_dir)]) == 0
+    capsys.readouterr()
+    check_usage_error(capsys, [*RUN, "--resume", "last", "--run-dir", str(run_dir)], "already holds all 3 episodes")
+    check_usage_error(
+        capsys, [*RUN, "--seed", "5", "--episodes", "4", "--resume", "last", "--run-dir", str(run_dir)], "(seed)"
+    )
+    check_usage_error(capsys, [*RUN, "--resume", "last"], "--resume last needs --run-dir")
