@@ -22,6 +22,7 @@ import torch
 from tqdm import tqdm
 
 from esper.karn import write_json_atomic, write_torch_atomic
+from esper.karn.rundir import read_jsonl
 from esper.kasmina.blueprints import blueprint_names
 from esper.nissa import ROUND_METRICS, Event, TelemetryHub
 from esper.scripts.common import (
@@ -376,10 +377,9 @@ def envs_per_device(envs: list) -> str:
 
 
 def metrics_rows_before(path: Path, round_done: int) -> list[str]:
-    """The rows of rounds up to `round_done` (a resumed run rewrites what came after)."""
-    if not path.exists():
-        return []
-    return [line for line in path.read_text().splitlines() if line and json.loads(line)["round"] <= round_done]
+    """The rows of rounds up to `round_done` (a resumed run rewrites what came after); a line a
+    kill cut short is dropped with them."""
+    return [json.dumps(row) for row in read_jsonl(path) if row["round"] <= round_done]
 
 
 def run_ppo(run: PPORun) -> dict[str, Any]:

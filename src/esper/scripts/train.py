@@ -357,6 +357,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         shutdown_distributed(graceful=False)
         return 1
+    except OSError as exc:  # a full or unwritable disk: what was written before stays whole (atomic writes)
+        print(f"esper: error: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), file=sys.stderr)
+        shutdown_distributed(graceful=False)
+        return 1
     except BaseException:
         shutdown_distributed(graceful=False)
         raise
