@@ -5,17 +5,19 @@ from __future__ import annotations
 
 import errno
 import json
+import math
 import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 import esper.karn.files as files
 from conftest import tiny_shapes_task
 from esper.scripts.train import main
 from esper.simic.checkpoint import read_checkpoint
-from esper.tolaria import TASKS
+from esper.tolaria import TASKS, MorphogeneticEnv
 from test_cli_ppo import TINY, rows, without_timing
 
 pytestmark = pytest.mark.slow
@@ -58,3 +60,55 @@ def test_a_row_cut_short_by_a_kill_does_not_stop_the_resume(tiny_tasks, workdir:
         f.write(json.dumps(rows(whole)[2])[:40])  # round 3 was being written when the process died
     assert main(["ppo", "--episodes", "6", *TINY, "--resume", "last", "--run-dir", str(killed)]) == 0
     assert [without_timing(r) for r in rows(killed)] == [without_timing(r) for r in rows(whole)]
+
+
+def inject(monkeypatch, episode: int, epoch: int, fault) -> None:
+    """Run `fault(env)` after one training batch of the env playing `episode`, in `epoch`."""
+    real = MorphogeneticEnv.train_batch
+
+    def train_batch(self, x, y) -> None:
+        real(self, x, y)
+        if self.clock.episode == episode and self.clock.epoch == epoch:
+            fault(self)
+
+    monkeypatch.setattr(MorphogeneticEnv, "train_batch", train_batch)
+
+
+def test_nan_in_one_env_mid_round_is_that_env_s_panic_and_the_run_completes(
+    tiny_tasks, workdir: Path, tmp_path: Path, monkeypatch
+) -> None:
+    def poison(env) -> None:
+        with torch.no_grad():
+            next(env.model.host.parameters()).fill_(float("nan"))
+
+    inject(monkeypatch, episode=1, epoch=2, fault=poison)
+    run_dir = tmp_path / "run"
+    assert (
+        main(["ppo", "--episodes", "4", "--n-envs", "2", "--max-epochs", "3", "--quiet", "--run-dir", str(run_dir)])
+        == 0
+    )
+    metrics = rows(run_dir)
+    assert metrics[0]["charts/panics"] == 1 and metrics[1]["charts/panics"] == 0
+    assert all(math.isfinite(v) for row in metrics for v in row.values())
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    assert [e["episode"] for e in events if e["kind"] == "governor_rollback"] == [1]
+    assert [e["epoch"] for e in events if e["kind"] == "epoch" and e["episode"] == 0] == [1, 2, 3]  # the other env
+
+
+def test_an_exception_in_one_env_stops_the_run_in_one_line_with_its_checkpoints_whole(
+    tiny_tasks, workdir: Path, tmp_path: Path, monkeypatch, capsys
+) -> None:
+    def fail(env) -> None:
+        raise RuntimeError("injected\nsecond line")
+
+    inject(monkeypatch, episode=3, epoch=2, fault=fail)
+    run_dir = tmp_path / "run"
+    argv = ["ppo", "--episodes", "6", "--n-envs", "2", "--max-epochs", "3", "--quiet", "--run-dir", str(run_dir)]
+    assert main(argv) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "esper: error: an env failed (episode 3, epoch 2): RuntimeError: injected; "
+        "the checkpoints written so far are intact (--resume last)"
+    ]
+    read_checkpoint(run_dir / "checkpoints" / "round-0001.pt")
+    assert [r["round"] for r in rows(run_dir)] == [1]

@@ -55,6 +55,7 @@ from esper.scripts.report import add_report_parser, resolve_report, run_report
 from esper.scripts.signals import GracefulStop, StopRequested
 from esper.scripts.watch import add_watch_parser, resolve_watch, run_watch
 from esper.simic.distributed import SINGLE_PROCESS, shutdown_distributed
+from esper.simic.morphogenetic_envs import EnvFailure
 from esper.tamiyo import PREFERRED_BLUEPRINTS, HeuristicConfig, HeuristicController
 from esper.tolaria import (
     DEFAULT_TASK,
@@ -343,6 +344,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         execute(run)
+    except EnvFailure as exc:
+        print(f"esper: error: {exc}; the checkpoints written so far are intact (--resume last)", file=sys.stderr)
+        shutdown_distributed(graceful=False)
+        return 1
     except StopRequested as exc:
         if ctx.is_main:
             print(f"esper: {exc.message}", file=sys.stderr, flush=True)

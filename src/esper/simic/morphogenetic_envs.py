@@ -161,11 +161,19 @@ class MorphogeneticEnvs:
         envs = [self.envs[i] for i in ids]
         for env, decision in zip(envs, decisions, strict=True):
             env.begin_step(decision)
+        current = envs[0]
         try:
             batch_size = envs[0].config.task.batch_size
             for x, y in self.data.train_batches(batch_size, self.learner.data_generator):
                 for env in envs:
+                    current = env
                     env.train_batch(x, y)  # each env moves the batch to its device, on its own stream
+        except Exception as exc:
+            where = f"episode {current.clock.episode}, epoch {current.clock.epoch}"  # before the undo
+            for env in envs:
+                env.abort_step()
+            first_line = next(iter(str(exc).splitlines()), "")
+            raise EnvFailure(f"an env failed ({where}): {type(exc).__name__}: {first_line}") from exc
         except BaseException:
             for env in envs:
                 env.abort_step()
@@ -200,6 +208,11 @@ class MorphogeneticEnvs:
         row = reduce_metrics(self.ctx, row)
         row.update(keep_cull_metrics(self.ctx, self.keep_cull))
         return row
+
+
+class EnvFailure(RuntimeError):
+    """An env raised inside a step: every env of the step was put back as it was, and the run
+    stops with this one-line message (its checkpoints stay as they were)."""
 
 
 def keep_cull_metrics(ctx: DistContext, local: KeepCullCounts) -> dict[str, float]:
