@@ -81,3 +81,17 @@ def test_a_second_signal_stops_at_once_and_leaves_the_checkpoints_whole(tmp_path
     checkpoints = sorted((run_dir / "checkpoints").glob("round-*.pt"))
     assert checkpoints and all(read_checkpoint(path) for path in checkpoints)
     assert all(json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines())
+
+
+def test_kill_9_loses_at_most_the_round_in_flight_and_resume_last_completes_it(whole: Path, tmp_path: Path) -> None:
+    run_dir = tmp_path / "killed"
+    killed = start_then_signal(run_dir, [signal.SIGKILL])
+    assert killed.returncode == -signal.SIGKILL
+    done = rows(run_dir)
+    latest = max(int(p.stem.removeprefix("round-")) for p in (run_dir / "checkpoints").glob("round-*.pt"))
+    assert latest >= done[-1]["round"] - 1 >= 0  # at most one round of work lost
+    resumed = subprocess.run(
+        [*PPO, "--resume", "last", "--run-dir", str(run_dir)], env=subprocess_env(), capture_output=True, text=True
+    )
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert [without_timing(r) for r in rows(run_dir)] == [without_timing(r) for r in rows(whole)]
