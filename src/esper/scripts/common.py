@@ -4,6 +4,7 @@ their telemetry."""
 from __future__ import annotations
 
 import argparse
+import json
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -134,3 +135,18 @@ def run_telemetry(
     if console:
         backends.append(ConsoleBackend(write_line=write_line))
     return TelemetryHub(backends)
+
+
+def check_same_run(run_dir: Path, config: dict[str, Any], free: frozenset[str]) -> bool:
+    """For `--resume last`: whether `run_dir` holds a run to continue (False: start fresh there),
+    refusing one recorded with other settings or knobs than `config` (`free` settings may differ)."""
+    recorded = run_dir / "config.json"
+    if not recorded.exists():
+        return False
+    before = json.loads(recorded.read_text())
+    keys = set(before["settings"]) | set(config["settings"])
+    differ = sorted(k for k in keys if k not in free and before["settings"].get(k) != config["settings"].get(k))
+    if differ or before["knobs"] != json.loads(json.dumps(config["knobs"])):
+        what = ", ".join(differ) if differ else "the knobs"
+        raise UsageError(f"{str(run_dir)!r} was run with other settings ({what}): resume it with the same ones")
+    return True

@@ -20,8 +20,10 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import functools
+import json
 import multiprocessing
 import os
+import signal
 import statistics
 import time
 from dataclasses import dataclass
@@ -32,6 +34,7 @@ from typing import Any
 import torch
 
 from esper.karn import estimate, paired_difference, write_json_atomic
+from esper.karn.rundir import read_jsonl
 from esper.leyline import GateThresholds
 from esper.nissa import Event, TelemetryHub
 from esper.nissa.tensorboard import EVAL_RESULT, TensorBoardBackend
@@ -39,6 +42,7 @@ from esper.scripts.common import (
     UsageError,
     check_minimum,
     check_run_dir,
+    check_same_run,
     load_task_data,
     resolve_blueprints,
     resolve_device_arg,
@@ -57,8 +61,10 @@ from esper.scripts.config import (
     resolved_config,
     split_config,
 )
+from esper.scripts.signals import GracefulStop, StopRequested
 from esper.simic.checkpoint import CheckpointError
 from esper.simic.controller import PolicyController
+from esper.simic.distributed import SINGLE_PROCESS
 from esper.tamiyo import HEADS, HeuristicConfig, HeuristicController, RandomController, StaticController
 from esper.tamiyo.diagnostics import DecisionDiagnostics
 from esper.tolaria import EnvConfig, GovernorConfig, MorphogeneticEnv, TaskSpec, get_task
@@ -85,7 +91,9 @@ EVAL_DEFAULTS: dict[str, Any] = {
     "workers": None,
     "sample": False,
 }
-RUN_FILES = ("eval.json", "config.json", "tensorboard")
+RUN_FILES = ("eval.json", "config.json", "tensorboard", "episodes.jsonl")
+EPISODES_FILE = "episodes.jsonl"
+"""Each finished episode's result, one line each, as it completes: what `--resume last` reads."""
 BASELINES = ("static", "matched", "heuristic", "random")
 """What a learned controller is compared against, paired, in this order."""
 GROWING = ("heuristic", "random", "policy")
@@ -131,6 +139,8 @@ class EvalRun:
     workers: int
     config: dict[str, Any]
     run_dir: Path
+    finished: tuple[dict[str, Any], ...] = ()
+    """`--resume last`: the episode results the run directory already holds."""
 
 
 # --------------------------------------------------------------------------- arguments
@@ -140,6 +150,11 @@ def add_eval_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seeds", help="A:B, the seeds A, A+1, ..., B-1 (as in Python)")
     p.add_argument("--sample", action="store_true", default=None, help="policies sample their actions (default greedy)")
     p.add_argument("--device", help="cpu, cuda, cuda:N or mps (default cpu)")
+    p.add_argument(
+        "--resume",
+        choices=["last"],
+        help="with --run-dir: run only the episodes that run directory does not hold yet (a fresh start if none)",
+    )
     p.add_argument(
         "--workers", type=int, help="episodes at once, one process each; 0: one by one in this process (default: CPUs)"
     )
@@ -231,7 +246,14 @@ def resolve_eval(args: argparse.Namespace, rest: list[str]) -> EvalRun:
     run_dir = (
         Path(args.run_dir) if args.run_dir else Path("runs") / f"{time.strftime('%Y%m%d-%H%M%S')}-eval-{task.name}"
     )
-    check_run_dir(run_dir, RUN_FILES)
+    config = resolved_config(settings, knobs)
+    finished: tuple[dict[str, Any], ...] = ()
+    if args.resume is not None and args.run_dir is None:
+        raise UsageError("--resume last needs --run-dir: the run directory to continue (or to start)")
+    if args.resume is not None and check_same_run(run_dir, config, frozenset({"workers"})):
+        finished = tuple(read_jsonl(run_dir / EPISODES_FILE))
+    else:
+        check_run_dir(run_dir, RUN_FILES)
     load_task_data(task, settings["data_dir"])  # a missing or corrupt dataset fails here, before any episode
     env = EnvConfig(
         task=task,
@@ -245,7 +267,7 @@ def resolve_eval(args: argparse.Namespace, rest: list[str]) -> EvalRun:
     )
     return EvalRun(
         task, env, controllers, seeds, knobs["heuristic"], bool(settings["sample"]), settings["data_dir"],
-        dataclasses.asdict(knobs["host"]), workers, resolved_config(settings, knobs), run_dir,
+        dataclasses.asdict(knobs["host"]), workers, config, run_dir, finished,
     )  # fmt: skip
 
 
@@ -305,6 +327,11 @@ def build_controller(job: EpisodeJob, config: EnvConfig) -> Controller:
     return PolicyController.from_checkpoint(spec.path, greedy=not job.sample, rng_seed=job.rng_seed)
 
 
+def ignore_interrupts() -> None:
+    """Worker processes leave Ctrl-C to the main process, which stops the evaluation cleanly."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def run_one(job: EpisodeJob) -> dict[str, Any]:
     """Run one job (in a worker process, with one thread)."""
     torch.set_num_threads(1)
@@ -333,20 +360,39 @@ def episode_result(job: EpisodeJob) -> dict[str, Any]:
     }
 
 
-def run_all(run: EvalRun, pool, specs: list[ControllerSpec], host_width: int | None) -> list[dict[str, Any]]:
-    """Every seed of `specs`, in `pool` (or one by one in this process when `pool` is None)."""
-    jobs = episode_jobs(run, specs, host_width)
+def run_all(
+    run: EvalRun, pool, specs: list[ControllerSpec], host_width: int | None, stop: GracefulStop
+) -> list[dict[str, Any]]:
+    """Every seed of `specs` not finished before, in `pool` (or one by one in this process when
+    `pool` is None), each result saved as it completes. After a signal, the episodes running
+    are finished and saved, the others not started, and `StopRequested` is raised."""
+    held = {(r["controller"], r["seed"]): r for r in run.finished}
+    results = [held[(s.name, seed)] for s in specs for seed in run.seeds if (s.name, seed) in held]
+    jobs = [job for job in episode_jobs(run, specs, host_width) if (job.spec.name, job.rng_seed) not in held]
     if pool is None:
-        done = map(episode_result, jobs)
+        done = (episode_result(job) for job in jobs if not stop.signum)
     else:
-        done = (f.result() for f in concurrent.futures.as_completed([pool.submit(run_one, job) for job in jobs]))
-    results = []
-    for r in done:
-        results.append(r)
-        print(
-            f"  {r['controller']} seed {r['seed']}: test {r['test_accuracy']:.2f}%, "
-            f"added params {r['seed_params']:,}, {r['seconds']:.0f} s",
-            flush=True,
+        futures = [pool.submit(run_one, job) for job in jobs]
+        done = (f.result() for f in concurrent.futures.as_completed(futures) if not f.cancelled())
+    with (run.run_dir / EPISODES_FILE).open("a", encoding="utf-8") as record:
+        for r in done:
+            results.append(r)
+            record.write(json.dumps(r, allow_nan=False) + "\n")
+            record.flush()
+            print(
+                f"  {r['controller']} seed {r['seed']}: test {r['test_accuracy']:.2f}%, "
+                f"added params {r['seed_params']:,}, {r['seconds']:.0f} s",
+                flush=True,
+            )
+            if stop.signum and pool is not None:
+                for future in futures:
+                    future.cancel()  # not started: dropped; running: finished and saved
+    code = stop.exit_code(SINGLE_PROCESS)
+    if code:
+        raise StopRequested(
+            code,
+            f"eval stopped with {len(results)} episodes of this phase saved in {run.run_dir / EPISODES_FILE}; "
+            f"continue with the same command and --resume last --run-dir {run.run_dir}",
         )
     return results
 
@@ -437,15 +483,21 @@ def run_eval(run: EvalRun) -> dict[str, Any]:
         f"run dir {run.run_dir}",
         flush=True,
     )
+    if run.finished:
+        print(f"resuming: {len(run.finished)} episode(s) already in {run.run_dir / EPISODES_FILE}", flush=True)
     context = multiprocessing.get_context("spawn")
-    workers = concurrent.futures.ProcessPoolExecutor(run.workers, mp_context=context) if run.workers else None
-    with workers or contextlib.nullcontext() as pool:
-        results = run_all(run, pool, first, None)
+    workers = (
+        concurrent.futures.ProcessPoolExecutor(run.workers, mp_context=context, initializer=ignore_interrupts)
+        if run.workers
+        else None
+    )
+    with workers or contextlib.nullcontext() as pool, GracefulStop("the episodes running are finished") as stop:
+        results = run_all(run, pool, first, None, stop)
         width = None
         if any(s.kind == "matched" for s in run.controllers):
             width = matched_width(run, results)
             print(f"  matched: a static host of width {width} (default {run.task.host_width})", flush=True)
-            results += run_all(run, pool, [s for s in run.controllers if s.kind == "matched"], width)
+            results += run_all(run, pool, [s for s in run.controllers if s.kind == "matched"], width, stop)
     report = comparison(run, results, width)
     report["torch"] = torch.__version__
     write_json_atomic(run.run_dir / "eval.json", report)

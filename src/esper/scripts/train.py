@@ -31,6 +31,7 @@ from esper.scripts.common import (
     add_tracking_flags,
     check_minimum,
     check_run_dir,
+    check_same_run,
     load_task_data,
     resolve_blueprints,
     resolve_device_arg,
@@ -43,7 +44,6 @@ from esper.scripts.config import (
     HEURISTIC_GROUPS,
     add_command,
     config_file,
-    jsonable,
     merge_settings,
     over_tuned_heuristic,
     parse_knobs,
@@ -211,20 +211,9 @@ EPISODES_DIR = "episodes"
 def finished_episodes(run_dir: Path, config: dict[str, Any], episodes: int) -> tuple[EpisodeOutcome, ...]:
     """The episodes 0, 1, ... that `run_dir` finished, if it was run with these same settings
     (apart from the number of episodes); none for a new or empty directory."""
-    recorded = run_dir / "config.json"
-    if not recorded.exists():
+    if not check_same_run(run_dir, config, frozenset({"episodes"})):
         check_run_dir(run_dir, RUN_FILES)  # a fresh start: nothing of another kind may be there
         return ()
-    before = json.loads(recorded.read_text())
-    ignore = {"episodes"}
-    differ = sorted(
-        key
-        for key in set(before["settings"]) | set(config["settings"])
-        if key not in ignore and before["settings"].get(key) != config["settings"].get(key)
-    )
-    if differ or before["knobs"] != json.loads(json.dumps(jsonable(config["knobs"]))):
-        what = ", ".join(differ) if differ else "the knobs"
-        raise UsageError(f"{str(run_dir)!r} was run with other settings ({what}): resume it with the same ones")
     outcomes = []
     for number in range(episodes):
         path = run_dir / EPISODES_DIR / f"episode-{number:04d}.json"
