@@ -63,3 +63,29 @@ def test_resume_refuses_other_settings_and_a_finished_run(tiny_tasks, workdir: P
         capsys, [*RUN, "--seed", "5", "--episodes", "4", "--resume", "last", "--run-dir", str(run_dir)], "(seed)"
     )
     check_usage_error(capsys, [*RUN, "--resume", "last"], "--resume last needs --run-dir")
+
+
+def test_a_heuristic_process_killed_with_sigkill_resumes_to_the_same_results(tmp_path: Path) -> None:
+    """The real thing, on the default task: `kill -9` after the first episode is saved."""
+    import signal
+    import subprocess
+    import time
+
+    from test_cli import subprocess_env
+
+    command = [sys.executable, "-m", "esper", "heuristic", "--episodes", "3", "--max-epochs", "3", "--quiet"]
+    whole, killed = tmp_path / "whole", tmp_path / "killed"
+    subprocess.run([*command, "--run-dir", str(whole)], env=subprocess_env(), check=True, capture_output=True)
+    process = subprocess.Popen([*command, "--run-dir", str(killed)], env=subprocess_env(), stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 300
+    while not (killed / "episodes" / "episode-0000.json").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    process.send_signal(signal.SIGKILL)
+    process.communicate(timeout=60)
+    assert not (killed / "summary.json").exists()
+    resumed = subprocess.run(
+        [*command, "--resume", "last", "--run-dir", str(killed)], env=subprocess_env(), capture_output=True, text=True
+    )
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "resuming at episode" in resumed.stdout
+    assert results(killed) == results(whole)
