@@ -65,8 +65,6 @@ def last_action(episode: EpisodeTrace) -> str:
     if not episode.decisions:
         return ""
     d = episode.decisions[-1]
-    if isinstance(d, str):  # runs written before decisions were fields hold their repr
-        return d.removeprefix("Decision(").removesuffix(")").lower()
     return " ".join(str(p) for p in (d["op"].lower(), d["slot"], d["blueprint"]) if p)
 
 
