@@ -325,7 +325,7 @@ def test_subprocess_heuristic_run_on_default_task(tmp_path: Path) -> None:
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["splits"] == {"train": 50_000, "val": 2000, "test": 10_000}
     assert 0.0 <= summary["final_test_accuracy"] <= 100.0
-    files = ["config.json", "events.jsonl", "grown", "summary.json", "tensorboard"]
+    files = ["config.json", "episodes", "events.jsonl", "grown", "summary.json", "tensorboard"]
     assert sorted(p.name for p in run_dir.iterdir()) == files
     config = json.loads((run_dir / "config.json").read_text())
     assert config["command_line"][-4:] == ["--max-epochs", "3", "--run-dir", str(run_dir)]
