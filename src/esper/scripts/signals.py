@@ -61,7 +61,4 @@ class GracefulStop:
         """0 to go on, else the exit code: any rank's signal stops every rank at the same point
         (a collective under torchrun, so no rank waits for one that left)."""
         code = EXIT_CODES[signal.Signals(self.signum)] if self.signum is not None else 0
-        if ctx.enabled:
-            agreed = ctx.all_reduce_sum(torch.tensor([float(code > 0), float(code)]))
-            return int(agreed[1].item() / max(agreed[0].item(), 1.0)) if agreed[0].item() > 0 else 0
-        return code
+        return int(ctx.all_reduce_max(torch.tensor(float(code))).item())

@@ -54,10 +54,16 @@ class DistContext:
         return (out / self.world_size).to(tensor.device)
 
     def all_reduce_sum(self, tensor: torch.Tensor) -> torch.Tensor:
+        return self._all_reduce(tensor, dist.ReduceOp.SUM)
+
+    def all_reduce_max(self, tensor: torch.Tensor) -> torch.Tensor:
+        return self._all_reduce(tensor, dist.ReduceOp.MAX)
+
+    def _all_reduce(self, tensor: torch.Tensor, op: dist.ReduceOp) -> torch.Tensor:
         if not self.enabled:
             return tensor
         out = tensor.detach().to(self.device, copy=True)
-        dist.all_reduce(out, op=dist.ReduceOp.SUM)
+        dist.all_reduce(out, op=op)
         return out.to(tensor.device)
 
     def all_gather(self, tensor: torch.Tensor) -> list[torch.Tensor]:
