@@ -22,6 +22,9 @@ TORCHRUN = shutil.which("torchrun") or str(Path(sys.executable).parent / "torchr
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(not Path(TORCHRUN).exists(), reason="torchrun not installed"),
+    # A restarted --standalone gloo group sometimes fails to connect or hangs in its first
+    # connect (a torch-side race): too flaky for CI. Run it with ESPER_ELASTIC_TEST=1.
+    pytest.mark.skipif(os.environ.get("ESPER_ELASTIC_TEST") != "1", reason="opt-in: ESPER_ELASTIC_TEST=1"),
 ]
 PPO = ["-m", "esper", "ppo", "--episodes", "8", "--n-envs", "1", "--max-epochs", "1", "--device", "cpu", "--quiet"]
 
