@@ -15,7 +15,12 @@ import torch
 import torch.multiprocessing as mp
 
 from esper.simic import morphogenetic_envs as menvs
-from esper.simic.distributed import init_distributed, merge_observations, shutdown_distributed
+from esper.simic.distributed import (
+    init_distributed,
+    merge_observations,
+    restart_store_warning,
+    shutdown_distributed,
+)
 from esper.simic.normalizer import RunningMeanStd
 from esper.tolaria import EnvConfig
 
@@ -176,3 +181,12 @@ def test_a_crash_on_one_rank_ends_the_job_with_a_nonzero_exit(tmp_path: Path) ->
     )
     assert result.returncode != 0
     assert "rank 1 fails" in result.stderr
+
+
+def test_restarts_through_torchruns_shared_store_are_warned_about_and_the_fix_named() -> None:
+    shared = {"TORCHELASTIC_MAX_RESTARTS": "2", "TORCHELASTIC_USE_AGENT_STORE": "True"}
+    warning = restart_store_warning(shared)
+    assert warning is not None and "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1" in warning
+    assert restart_store_warning({**shared, "TORCHELASTIC_USE_AGENT_STORE": "False"}) is None  # the variable was set
+    assert restart_store_warning({**shared, "TORCHELASTIC_MAX_RESTARTS": "0"}) is None  # nothing restarts
+    assert restart_store_warning({}) is None  # not under torchrun

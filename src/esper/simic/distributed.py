@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import datetime
 import os
+import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
@@ -90,13 +92,35 @@ class DistContext:
 SINGLE_PROCESS = DistContext()
 
 
+def restart_store_warning(environ: Mapping[str, str]) -> str | None:
+    """Why a restarted group may not connect, for a worker of `torchrun --max-restarts N`
+    whose launcher shares its rendezvous store with the workers (torchrun's default).
+
+    That store outlives a restart, and the restarted group can read the addresses the previous
+    attempt published under the same keys: its first connect then fails ("Connection refused")
+    or hangs (pytorch/pytorch#135712; seen with torch 2.13 on one node, where 3 of 6 restarts
+    failed). With the variable below set for torchrun, each attempt gets a fresh store."""
+    if int(environ.get("TORCHELASTIC_MAX_RESTARTS", "0") or 0) <= 0:
+        return None
+    if environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return None
+    return (
+        "torchrun --max-restarts shares its rendezvous store with the restarted workers, which can then "
+        "fail or hang connecting (pytorch/pytorch#135712): launch torchrun with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1"
+    )
+
+
 def init_distributed(device: torch.device) -> DistContext:
     """Join the process group when started by `torchrun` (WORLD_SIZE > 1); otherwise run alone.
 
-    The backend follows the policy's device: NCCL for CUDA, gloo for CPU."""
+    The backend follows the policy's device: NCCL for CUDA, gloo for CPU. Rank 0 warns, once
+    per attempt, when torchrun's restarts would reuse a stale store (`restart_store_warning`)."""
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     if world_size <= 1:
         return DistContext()
+    warning = restart_store_warning(os.environ)
+    if warning is not None and os.environ.get("RANK") == "0":
+        print(f"esper: warning: {warning}", file=sys.stderr, flush=True)
     backend = "nccl" if device.type == "cuda" else "gloo"
     if device.type == "cuda":
         torch.cuda.set_device(device)  # object collectives and NCCL use the current device
