@@ -66,6 +66,28 @@ def test_a_trained_policy_loads_from_its_checkpoint_and_drives_an_env(tiny_shape
     decisions_of(controller)
 
 
+def test_a_policy_acts_only_in_the_slots_it_was_trained_with() -> None:
+    """In an env that enables every slot, a policy trained with `--slots mid` germinates, keeps
+    and culls only there: the other slots are masked for it as they were in training."""
+    acted = set()
+    for seed in range(6):
+        controller = PolicyController.fresh(tiny_shapes_task(), greedy=False, rng_seed=seed, slots=("mid",))
+        acted |= {d.slot for d in decisions_of(controller) if d.op is not LifecycleOp.WAIT}
+    assert acted == {"mid"}
+    unrestricted = set()
+    for seed in range(6):
+        controller = PolicyController.fresh(tiny_shapes_task(), greedy=False, rng_seed=seed)
+        unrestricted |= {d.slot for d in decisions_of(controller) if d.op is not LifecycleOp.WAIT}
+    assert unrestricted - {"mid"}  # the same policies, unrestricted, do act elsewhere
+
+
+def test_a_checkpoint_restricts_its_policy_to_the_runs_slots(tiny_shapes, workdir: Path, tmp_path) -> None:
+    run_dir = tmp_path / "run"
+    argv = ["ppo", "--episodes", "2", "--n-envs", "2", "--max-epochs", "2", "--quiet", "--run-dir", str(run_dir)]
+    assert main([*argv, "--slots", "mid"]) == 0
+    assert PolicyController.from_checkpoint(run_dir / "checkpoints" / "round-0001.pt").slots == ("mid",)
+
+
 def test_a_checkpoint_that_does_not_fit_the_task_is_refused(tiny_shapes, workdir: Path, tmp_path) -> None:
     run_dir = tmp_path / "run"
     argv = ["ppo", "--episodes", "2", "--n-envs", "2", "--max-epochs", "2", "--quiet", "--run-dir", str(run_dir)]

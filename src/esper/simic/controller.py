@@ -2,11 +2,14 @@
 
 It sees what the trainer's policy saw: the env's signals featurized by the policy's observation
 layout and normalized with the statistics the policy was trained with (frozen here), and it acts
-under the masks of the same action space, so every decision is executable.
+under the masks of the same action space, so every decision is executable. A policy trained
+with some slots (`ppo --slots`) acts only in those: in an env that enables more, the others are
+masked for it as they were in training.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -31,10 +34,13 @@ class PolicyController:
         thresholds: GateThresholds | None = None,
         greedy: bool = True,
         rng_seed: int = 0,
+        slots: Sequence[str] | None = None,
     ) -> None:
         """`greedy` takes each head's most probable valid choice; otherwise actions are sampled
-        from a generator seeded by `rng_seed`. `thresholds` must be the env's (they shape the masks)."""
+        from a generator seeded by `rng_seed`. `thresholds` must be the env's (they shape the masks).
+        `slots`: the slots the policy may act in (None: every slot the env enables)."""
         self.policy, self.spaces, self.obs_norm = policy.eval(), spaces, obs_norm
+        self.slots = None if slots is None else tuple(slots)
         self.thresholds = thresholds or GateThresholds()
         self.greedy = greedy
         self.generator = torch.Generator().manual_seed(rng_seed)
@@ -73,6 +79,7 @@ class PolicyController:
         obs_norm = RunningMeanStd(spaces.layout.obs_dim)
         obs_norm.load_state_dict(payload["learner"]["obs_norm"])
         kwargs.setdefault("thresholds", GateThresholds(**payload["knobs"].get("gates", {})))  # the run's masks
+        kwargs.setdefault("slots", payload["settings"].get("slots"))  # None: the task's every slot
         controller = PolicyController(policy, spaces, obs_norm, **kwargs)
         controller.task_name = task.name
         controller.training_seeds = tuple(int(seed) for seed in payload["training_seeds"])
@@ -85,6 +92,7 @@ class PolicyController:
 
     @torch.no_grad()
     def decide(self, signals: TrainingSignals) -> Decision:
+        signals = self.as_trained(signals)
         obs = self.obs_norm.normalize(self.spaces.layout.featurize(signals)[None])
         masks = self.spaces.actions.masks(signals, self.thresholds)
         step = self.policy.act(obs, self.state, self.episode_start, masks, generator=self.generator, greedy=self.greedy)
@@ -94,6 +102,14 @@ class PolicyController:
         op = int(sample.actions[0, 0])
         self.diagnostics.record(signals, op, sample.entropies[0], sample.pair_probs[0])
         return self.spaces.actions.decode(*sample.actions[0].tolist())
+
+    def as_trained(self, signals: TrainingSignals) -> TrainingSignals:
+        """The env's signals with the slots the policy was not trained to act in disabled (its
+        observation does not show which slots are enabled, so only its masks change)."""
+        if self.slots is None:
+            return signals
+        slots = tuple(s if s.name in self.slots else dataclasses.replace(s, enabled=False) for s in signals.slots)
+        return dataclasses.replace(signals, slots=slots)
 
     def record_step(self, decision: Decision, changes: Sequence[tuple[str, StageChange]]) -> None:
         """A policy learns only in training; the LSTM state carries what it needs."""
