@@ -100,7 +100,7 @@ def test_cuda_on_cpu_only_machine(
 ARGPARSE_ERRORS = {
     "unknown flag": (["heuristic", "--bogus-flag"], ["--bogus-flag"]),
     "missing subcommand": ([], ["required"]),
-    "unknown subcommand": (["grow"], ["'grow'", "heuristic"]),
+    "unknown subcommand": (["sprout"], ["'sprout'", "heuristic", "grow"]),
     "non-integer episodes": (["heuristic", "--episodes", "two"], ["--episodes", "'two'"]),
     "non-integer max germinations": (["heuristic", "--max-germinations", "1.5"], ["--max-germinations", "'1.5'"]),
     "slots without a value": (["heuristic", "--slots"], ["--slots"]),

@@ -26,6 +26,7 @@ import os
 import signal
 import statistics
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import combinations
 from pathlib import Path
@@ -65,7 +66,16 @@ from esper.scripts.signals import GracefulStop, StopRequested
 from esper.simic.checkpoint import CheckpointError
 from esper.simic.controller import PolicyController
 from esper.simic.distributed import SINGLE_PROCESS
-from esper.tamiyo import HEADS, HeuristicConfig, HeuristicController, RandomController, StaticController
+from esper.tamiyo import (
+    HEADS,
+    HeuristicConfig,
+    HeuristicController,
+    RandomController,
+    StaticController,
+    is_policy_name,
+    trained_policy_names,
+    trained_policy_path,
+)
 from esper.tamiyo.diagnostics import DecisionDiagnostics
 from esper.tolaria import EnvConfig, GovernorConfig, MorphogeneticEnv, TaskSpec, get_task
 from esper.tolaria.episode import Controller, run_episode
@@ -109,7 +119,7 @@ EPISODE_KEYS = (
 )
 """What eval.json lists per controller, one entry per RNG seed; `grown_seeds` holds the record of
 every seed module the episode grew (slot, blueprint, stage history with epochs, final stage)."""
-CONTROLLER_HELP = "static matched heuristic[:FILE] random policy:PATH"
+CONTROLLER_HELP = "static matched heuristic[:FILE] random policy:PATH|NAME (a shipped policy, e.g. policy:shapes)"
 
 
 @dataclass(frozen=True)
@@ -182,7 +192,8 @@ def parse_controller(text: str) -> ControllerSpec:
     if kind == "heuristic":
         return ControllerSpec(text, kind, path or None)
     if kind == "policy" and path:
-        return ControllerSpec(text, kind, path)
+        shipped = trained_policy_path(path)
+        return ControllerSpec(text, kind, str(shipped) if shipped else path)
     raise UsageError(f"--controllers: unknown controller {text!r}; choose from: {CONTROLLER_HELP}")
 
 
@@ -202,15 +213,21 @@ def resolve_controllers(names: list[str] | None, task: TaskSpec, seeds: tuple[in
     return specs
 
 
-def check_policy(spec: ControllerSpec, task: TaskSpec, seeds: tuple[int, ...]) -> None:
-    """The checkpoint loads, fits the task, and was not trained on any of the seeds."""
+def check_policy(spec: ControllerSpec, task: TaskSpec, seeds: tuple[int, ...], flag: str = "--controllers") -> None:
+    """The checkpoint loads, fits the task, and was not trained on any of the seeds (`flag`: the
+    option that named it, for the error)."""
     try:
         controller = PolicyController.from_checkpoint(spec.path)
     except CheckpointError as exc:
-        raise UsageError(f"--controllers {spec.name}: {exc}") from None
+        if not Path(spec.path).exists() and is_policy_name(spec.path):
+            shipped = " ".join(trained_policy_names()) or "none"
+            raise UsageError(
+                f"{flag} {spec.name}: no shipped policy and no file {spec.path!r} (shipped policies: {shipped})"
+            ) from None
+        raise UsageError(f"{flag} {spec.name}: {exc}") from None
     if controller.task_name != task.name:
         raise UsageError(
-            f"--controllers {spec.name}: the policy was trained on task {controller.task_name!r}, not {task.name!r}"
+            f"{flag} {spec.name}: the policy was trained on task {controller.task_name!r}, not {task.name!r}"
         )
     overlap = sorted(set(seeds) & set(controller.training_seeds))
     if overlap:
@@ -312,19 +329,33 @@ def _task_data(task_name: str, host_knobs: tuple, data_dir: str | None):
 
 
 def build_controller(job: EpisodeJob, config: EnvConfig) -> Controller:
-    spec = job.spec
+    return make_controller(job.spec, config, job.heuristic, job.sample, job.rng_seed)
+
+
+def make_controller(
+    spec: ControllerSpec,
+    config: EnvConfig,
+    heuristic: HeuristicConfig,
+    sample: bool,
+    rng_seed: int,
+    rotation: Sequence[str] | None = None,
+) -> Controller:
+    """The controller `spec` names, for envs of `config` (`eval` and `grow` build theirs here).
+    `heuristic`: the knobs a plain `heuristic` runs with; `rotation`: its blueprint order (None:
+    the knobs' own); `sample`: a policy samples instead of taking its most probable action."""
     if spec.kind in ("static", "matched"):
         return StaticController()
     if spec.kind == "random":
         return RandomController(
-            config.task.topology, config.enabled_slots, thresholds=config.thresholds, rng_seed=job.rng_seed
+            config.task.topology, config.enabled_slots, thresholds=config.thresholds, rng_seed=rng_seed
         )
     if spec.kind == "heuristic":
-        heuristic = heuristic_from_file(spec.path, job.heuristic) if spec.path else job.heuristic
+        knobs = heuristic_from_file(spec.path, heuristic) if spec.path else heuristic
         return HeuristicController(
-            config.task.topology, config.enabled_slots, config=heuristic, thresholds=config.thresholds
+            config.task.topology, config.enabled_slots, rotation, config=knobs, thresholds=config.thresholds
         )
-    return PolicyController.from_checkpoint(spec.path, greedy=not job.sample, rng_seed=job.rng_seed)
+    assert spec.path is not None
+    return PolicyController.from_checkpoint(spec.path, greedy=not sample, rng_seed=rng_seed)
 
 
 def ignore_interrupts() -> None:

@@ -1,5 +1,6 @@
-"""`esper heuristic|ppo|eval|report|watch [...]`: grow hosts with the heuristic controller, learn
-a controller with PPO (`esper.scripts.ppo`), compare controllers on held-out seeds
+"""`esper heuristic|grow|ppo|eval|report|watch [...]`: grow hosts with the heuristic controller
+(or, with `grow`, any controller: a learned policy, random, static), learn a controller with PPO
+(`esper.scripts.ppo`), compare controllers on held-out seeds
 (`esper.scripts.evaluate`), draw a report of run directories (`esper.scripts.report`) or follow
 one live (`esper.scripts.watch`).
 
@@ -49,14 +50,23 @@ from esper.scripts.config import (
     parse_knobs,
     resolved_config,
 )
-from esper.scripts.evaluate import add_eval_parser, resolve_eval, run_eval
+from esper.scripts.evaluate import (
+    ControllerSpec,
+    add_eval_parser,
+    check_policy,
+    heuristic_from_file,
+    make_controller,
+    parse_controller,
+    resolve_eval,
+    run_eval,
+)
 from esper.scripts.ppo import add_ppo_parser, distributed_context, resolve_ppo, run_ppo
 from esper.scripts.report import add_report_parser, resolve_report, run_report
 from esper.scripts.signals import GracefulStop, StopRequested
 from esper.scripts.watch import add_watch_parser, resolve_watch, run_watch
 from esper.simic.distributed import SINGLE_PROCESS, shutdown_distributed
 from esper.simic.morphogenetic_envs import EnvFailure
-from esper.tamiyo import PREFERRED_BLUEPRINTS, HeuristicConfig, HeuristicController
+from esper.tamiyo import PREFERRED_BLUEPRINTS, HeuristicConfig
 from esper.tolaria import (
     DEFAULT_TASK,
     EnvConfig,
@@ -84,20 +94,28 @@ HEURISTIC_DEFAULTS: dict[str, Any] = {
 }
 """Settings of a heuristic run, by flag name; a config file's top-level keys may set them too."""
 
+GROW_DEFAULTS: dict[str, Any] = {**HEURISTIC_DEFAULTS, "controller": "heuristic", "sample": False}
+"""A `grow` run's: a heuristic run's, and the controller that grows."""
+GROW_CONTROLLERS = "static random heuristic[:FILE] policy:PATH|NAME (a shipped policy, e.g. policy:shapes)"
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="esper", description="Grow morphogenetic networks.")
     parser.add_argument("--version", action="version", version=f"esper {esper.__version__} (torch {torch.__version__})")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
     h = add_command(sub, "heuristic", "train with the rule-based controller", HEURISTIC_GROUPS)
-    h.add_argument("--episodes", type=int, help="independent training runs, seeds S, S+1, ... (default 1)")
-    h.add_argument("--device", help="cpu, cuda, cuda:N or mps (default cpu)")
-    h.add_argument(
-        "--resume",
-        choices=["last"],
-        help="with --run-dir: continue that run from its first unfinished episode (a fresh start if it has none)",
-    )
-    add_tracking_flags(h)
+    g = add_command(sub, "grow", "train with a given controller: a learned policy, random, ...", HEURISTIC_GROUPS)
+    g.add_argument("--controller", help=f"one of: {GROW_CONTROLLERS} (default heuristic)")
+    g.add_argument("--sample", action="store_true", default=None, help="a policy samples its actions (default greedy)")
+    for p in (h, g):
+        p.add_argument("--episodes", type=int, help="independent training runs, seeds S, S+1, ... (default 1)")
+        p.add_argument("--device", help="cpu, cuda, cuda:N or mps (default cpu)")
+        p.add_argument(
+            "--resume",
+            choices=["last"],
+            help="with --run-dir: continue that run from its first unfinished episode (a fresh start if it has none)",
+        )
+        add_tracking_flags(p)
     add_ppo_parser(sub)
     add_eval_parser(sub)
     add_report_parser(sub)
@@ -112,7 +130,11 @@ def reject_knobs(rest: Sequence[str]) -> None:
 
 
 @dataclass(frozen=True)
-class HeuristicRun:
+class GrowthRun:
+    """A `heuristic` or `grow` run: episodes of one controller, each growing a fresh host."""
+
+    controller: ControllerSpec
+    sample: bool
     task: TaskSpec
     data: TaskData
     env: EnvConfig
@@ -130,11 +152,13 @@ class HeuristicRun:
     """`--resume last`: the episodes the run directory already holds, in order."""
 
 
-def resolve_heuristic(args: argparse.Namespace, rest: Sequence[str] = ()) -> HeuristicRun:
+def resolve_growth(args: argparse.Namespace, rest: Sequence[str] = ()) -> GrowthRun:
     """Validate every setting and knob and load the data, raising `UsageError` on the first problem."""
-    file_settings, file_knobs = config_file(args, HEURISTIC_DEFAULTS, HEURISTIC_GROUPS)
-    settings = merge_settings(HEURISTIC_DEFAULTS, file_settings, args=args)
+    defaults = GROW_DEFAULTS if args.command == "grow" else HEURISTIC_DEFAULTS
+    file_settings, file_knobs = config_file(args, defaults, HEURISTIC_GROUPS)
+    settings = merge_settings(defaults, file_settings, args=args)
     task = resolve_task(settings["task"])
+    controller = resolve_grow_controller(settings.get("controller", "heuristic"), task)
     knobs = parse_knobs(HEURISTIC_GROUPS, rest, over_tuned_heuristic(task.name, file_knobs))
     task = knobs["host"].apply(task)
     episodes, rng_seed = settings["episodes"], settings["seed"]
@@ -172,7 +196,9 @@ def resolve_heuristic(args: argparse.Namespace, rest: Sequence[str] = ()) -> Heu
         governor=knobs["governor"],
         host_width=knobs["host"].width,
     )
-    return HeuristicRun(
+    return GrowthRun(
+        controller,
+        bool(settings.get("sample", False)),
         task,
         data,
         env,
@@ -186,6 +212,22 @@ def resolve_heuristic(args: argparse.Namespace, rest: Sequence[str] = ()) -> Heu
         tracking_project(args),
         finished,
     )
+
+
+def resolve_grow_controller(text: str, task: TaskSpec) -> ControllerSpec:
+    """The controller of a `grow` run: any of `eval`'s but `matched` (which is sized after the
+    other controllers of an eval); a policy must fit the task."""
+    try:
+        spec = parse_controller(text)
+    except UsageError:
+        spec = None
+    if spec is None or spec.kind == "matched":
+        raise UsageError(f"--controller: unknown controller {text!r}; choose from: {GROW_CONTROLLERS}")
+    if spec.kind == "policy":
+        check_policy(spec, task, seeds=(), flag="--controller")
+    if spec.kind == "heuristic" and spec.path:
+        heuristic_from_file(spec.path, HeuristicConfig())
+    return spec
 
 
 def keep_events_before(path: Path, episode: int) -> None:
@@ -225,7 +267,7 @@ def finished_episodes(run_dir: Path, config: dict[str, Any], episodes: int) -> t
     return tuple(outcomes)
 
 
-def run_heuristic(run: HeuristicRun) -> dict:
+def run_growth(run: GrowthRun) -> dict:
     run.run_dir.mkdir(parents=True, exist_ok=True)
     start = len(run.finished)
     if start or (run.run_dir / "events.jsonl").exists():
@@ -247,12 +289,11 @@ def run_heuristic(run: HeuristicRun) -> dict:
     outcomes = list(run.finished)
     seeds_grown = sum(len(o.records) for o in outcomes)
     env = MorphogeneticEnv(run.env, run.data, emit=hub.emit, first_seed_number=seeds_grown + 1)
-    controller = HeuristicController(
-        run.task.topology, run.env.enabled_slots, run.blueprints, run.heuristic, run.env.thresholds
-    )
+    controller = make_controller(run.controller, run.env, run.heuristic, run.sample, run.rng_seed, run.blueprints)
     write_json_atomic(run.run_dir / "config.json", run.config)
+    command = "heuristic" if run.controller.name == "heuristic" else f"grow with {run.controller.name}"
     print(
-        f"esper heuristic: task {run.task.name}, {run.episodes} episode(s) x {run.env.max_epochs} epochs, "
+        f"esper {command}: task {run.task.name}, {run.episodes} episode(s) x {run.env.max_epochs} epochs, "
         f"slots {' '.join(run.env.enabled_slots)}, max germinations {run.env.max_germinations}, "
         f"device {run.env.device}, run dir {run.run_dir}",
         flush=True,
@@ -283,7 +324,7 @@ def run_heuristic(run: HeuristicRun) -> dict:
     slot_names = [s.name for s in env.model.slot_ids] if env.model is not None else list(run.env.enabled_slots)
     summary = episode_summary(
         run.task.name,
-        "heuristic",
+        run.controller.name,
         slot_names,
         outcomes,
         run.data.split_sizes(),
@@ -326,7 +367,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             reject_knobs(rest)
             run, execute = resolve_watch(args), run_watch
         else:
-            run, execute = resolve_heuristic(args, rest), run_heuristic
+            run, execute = resolve_growth(args, rest), run_growth
     except UsageError as exc:
         print(f"esper: error: {exc}", file=sys.stderr)
         shutdown_distributed(graceful=False)

@@ -47,6 +47,17 @@ REQUIRED_KEYS: dict[str, tuple[str, ...]] = {
 }
 """What a resume reads, by section: a checkpoint missing any of it is refused."""
 
+POLICY_KEYS: dict[str, tuple[str, ...]] = {
+    "learner": ("policy", "obs_norm"),
+    "settings": ("task",),
+    "trainer": ("hidden",),
+    "knobs": (),
+    "spaces": ("observation_layout", "action_heads"),
+    "training_seeds": (),
+}
+"""What acting reads (`PolicyController.from_checkpoint`): a checkpoint, or a policy file that
+`policy_only` cut down from one."""
+
 
 def save_checkpoint(path: Path, payload: dict[str, Any]) -> None:
     """Write atomically: a crash leaves either the old file or the new one, never half of one."""
@@ -72,16 +83,27 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     return payload
 
 
-def read_checkpoint(path: Path) -> dict[str, Any]:
-    """A checkpoint to resume from: loaded, and complete (a `CheckpointError` otherwise)."""
+def read_checkpoint(path: Path, required: dict[str, tuple[str, ...]] = REQUIRED_KEYS) -> dict[str, Any]:
+    """A checkpoint to resume from (or, with `POLICY_KEYS`, to act with): loaded, and complete
+    (a `CheckpointError` otherwise)."""
     payload = load_checkpoint(path)
-    for key, inner in REQUIRED_KEYS.items():
+    for key, inner in required.items():
         value = payload.get(key)
         missing = [k for k in inner if not isinstance(value, dict) or k not in value]
         if value is None or missing:
             what = f"{key}.{missing[0]}" if missing and value is not None else key
             raise CheckpointError(f"checkpoint {str(path)!r} lacks {what!r}: it was not written by `esper ppo`")
     return payload
+
+
+def policy_only(payload: dict[str, Any]) -> dict[str, Any]:
+    """A checkpoint cut down to what acting reads (`POLICY_KEYS`): the policy and its observation
+    statistics, the run's settings, knobs, spaces and training seeds, without the optimizer and
+    RNG states a resume needs (a third of the size). Evaluation reads it as it reads the checkpoint."""
+    cut = {key: payload[key] for key in ("format", *POLICY_KEYS)}
+    cut["learner"] = {key: payload["learner"][key] for key in POLICY_KEYS["learner"]}
+    cut["trainer"] = {key: payload["trainer"][key] for key in POLICY_KEYS["trainer"]}
+    return cut
 
 
 def latest_checkpoint(run_dir: Path) -> tuple[Path | None, list[tuple[Path, str]]]:

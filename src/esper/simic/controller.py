@@ -17,7 +17,7 @@ import torch
 
 from esper.kasmina import StageChange
 from esper.leyline import Decision, GateThresholds, TrainingSignals
-from esper.simic.checkpoint import check_compatible, read_checkpoint
+from esper.simic.checkpoint import POLICY_KEYS, check_compatible, read_checkpoint
 from esper.simic.normalizer import RunningMeanStd
 from esper.tamiyo import HEADS, PolicySpaces, RecurrentPolicy
 from esper.tamiyo.diagnostics import DecisionDiagnostics
@@ -69,7 +69,7 @@ class PolicyController:
         with; a `CheckpointError` for a file that is not one, or a policy whose spaces the
         checkpoint's task no longer has."""
         path = Path(path)
-        payload = read_checkpoint(path)
+        payload = read_checkpoint(path, POLICY_KEYS)
         task = get_task(payload["settings"]["task"])
         spaces = PolicySpaces.derive(task.topology, task.slot_names, payload["spaces"].get("blueprints"))
         check_compatible(path, payload["spaces"], spaces.signature())

@@ -1,0 +1,65 @@
+"""Ship a trained policy with the package: `policy:NAME` in `esper eval` and `esper grow`.
+
+    python benchmarks/ship_policy.py CHECKPOINT --name shapes --command "esper ppo ..." \
+        [--eval benchmarks/results/eval_....json]
+
+writes `src/esper/tamiyo/trained/NAME.pt` (the checkpoint cut down to what acting reads: no
+optimizer or RNG state, loadable with `weights_only=True`) and `NAME.json` beside it: the
+training command, the RNG seeds it trained on (which `eval` refuses), the source checkpoint, the
+date and machine, and the eval that measured it. Prints the record as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import platform
+import sys
+from pathlib import Path
+
+import torch
+
+from esper.karn import write_json_atomic, write_torch_atomic
+from esper.simic import PolicyController
+from esper.simic.checkpoint import CheckpointError, policy_only, read_checkpoint
+from esper.tamiyo.trained import TRAINED_DIR
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("checkpoint", type=Path, help="an `esper ppo` checkpoint")
+    parser.add_argument("--name", required=True, help="the name it ships under (policy:NAME)")
+    parser.add_argument("--command", required=True, help="the exact command that trained it")
+    parser.add_argument("--eval", type=Path, help="the eval.json (or results file) that measured it")
+    args = parser.parse_args()
+    if not args.name.isidentifier():
+        parser.error(f"--name {args.name!r}: use letters, digits and underscores")
+    try:
+        payload = read_checkpoint(args.checkpoint)
+    except CheckpointError as exc:
+        print(f"ship_policy: error: {exc}", file=sys.stderr)
+        return 2
+    target = TRAINED_DIR / f"{args.name}.pt"
+    write_torch_atomic(target, policy_only(payload))
+    PolicyController.from_checkpoint(target)  # it loads as a controller
+    seeds = [int(s) for s in payload["training_seeds"]]
+    record = {
+        "name": args.name,
+        "task": payload["settings"]["task"],
+        "command": args.command,
+        "training_seeds": f"{min(seeds)}..{max(seeds)}" if seeds == list(range(min(seeds), max(seeds) + 1)) else seeds,
+        "source_checkpoint": str(args.checkpoint),
+        "episodes_done": int(payload["learner"]["episodes_done"]),
+        "date": datetime.date.today().isoformat(),
+        "machine": f"{platform.machine()} CPU, torch {torch.__version__}",
+        "eval": str(args.eval) if args.eval else None,
+        "bytes": target.stat().st_size,
+    }
+    write_json_atomic(TRAINED_DIR / f"{args.name}.json", record)
+    print(json.dumps(record, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

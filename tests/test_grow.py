@@ -1,0 +1,117 @@
+"""`esper grow --controller C`: one command grows hosts with any controller (a learned policy
+from a checkpoint or shipped by name, the heuristic, random, static); and `policy:NAME` finds a
+shipped policy."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import tiny_shapes_task
+from esper.scripts.evaluate import parse_controller
+from esper.scripts.train import main
+from esper.simic import CheckpointError, PolicyController
+from esper.simic.checkpoint import policy_only, read_checkpoint
+from esper.tamiyo import trained
+from esper.tolaria import TASKS
+from test_cli import check_usage_error, plateau_task
+from test_controller import decisions_of
+from test_eval import policy_checkpoint  # noqa: F401 (a module-scoped fixture: one tiny ppo run)
+
+FAST = ["--max-epochs", "2", "--quiet"]
+
+
+@pytest.fixture
+def tiny_shapes(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(TASKS, "shapes", tiny_shapes_task())
+
+
+@pytest.fixture
+def shipped(policy_checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:  # noqa: F811
+    """A folder of shipped policies holding the tiny run's policy as `tiny`."""
+    folder = tmp_path / "trained"
+    folder.mkdir()
+    shutil.copy(policy_checkpoint, folder / "tiny.pt")
+    monkeypatch.setattr(trained, "TRAINED_DIR", folder)
+    return folder / "tiny.pt"
+
+
+def test_policy_name_finds_the_shipped_file_and_a_path_is_always_a_file(shipped: Path) -> None:
+    assert parse_controller("policy:tiny").path == str(shipped)
+    assert parse_controller("policy:runs/tiny.pt").path == "runs/tiny.pt"
+    assert parse_controller("policy:./tiny").path == "./tiny"  # a path, even where a shipped name matches
+    assert parse_controller("policy:other").path == "other"  # no such name: left as a file name
+    assert trained.trained_policy_names() == ("tiny",)
+
+
+def test_grow_with_a_shipped_policy_by_name(tiny_shapes, shipped: Path, workdir: Path, tmp_path: Path) -> None:
+    run_dir = tmp_path / "grown"
+    assert main(["grow", "--controller", "policy:tiny", "--episodes", "2", *FAST, "--run-dir", str(run_dir)]) == 0
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["controller"] == "policy:tiny"
+    assert summary["episodes"] == 2 and len(summary["final_test_accuracy_per_episode"]) == 2
+    assert sorted(p.name for p in (run_dir / "grown").iterdir()) == ["episode-0000.pt", "episode-0001.pt"]
+
+
+@pytest.mark.parametrize("controller", ["static", "random", "heuristic"])
+def test_grow_with_each_baseline(controller: str, tiny_shapes, workdir: Path, tmp_path: Path) -> None:
+    run_dir = tmp_path / controller
+    assert main(["grow", "--controller", controller, *FAST, "--run-dir", str(run_dir)]) == 0
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["controller"] == controller
+    if controller == "static":
+        assert summary["seed_params"] == 0
+
+
+def test_grow_with_the_heuristic_equals_the_heuristic_command(
+    workdir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One implementation: `grow --controller heuristic` is `heuristic`, result for result."""
+    monkeypatch.setitem(TASKS, "shapes", plateau_task(tiny_shapes_task()))  # it grows at once
+    argv = ["--max-epochs", "12", "--quiet", "--seed", "3"]
+    assert main(["heuristic", *argv, "--run-dir", str(tmp_path / "a")]) == 0
+    assert main(["grow", "--controller", "heuristic", *argv, "--run-dir", str(tmp_path / "b")]) == 0
+    a, b = (json.loads((tmp_path / x / "summary.json").read_text())["episode_results"] for x in "ab")
+    for result in (*a, *b):
+        result.pop("seconds")
+    assert a == b
+    assert a[0]["seeds"]  # the heuristic grew something
+
+
+@pytest.mark.parametrize(
+    ("controller", "fragments"),
+    [
+        ("matched", ["'matched'", "static random heuristic"]),
+        ("bogus", ["'bogus'", "policy:PATH|NAME"]),
+        ("policy:nothing", ["no shipped policy", "'nothing'", "shipped policies:"]),
+        ("policy:/no/such.pt", ["--controller policy:/no/such.pt", "does not exist"]),
+    ],
+)
+def test_a_bad_controller_is_one_line_and_writes_nothing(
+    controller: str, fragments: list[str], tiny_shapes, workdir: Path, tmp_path: Path, capsys
+) -> None:
+    run_dir = tmp_path / "run"
+    check_usage_error(capsys, ["grow", "--controller", controller, *FAST, "--run-dir", str(run_dir)], *fragments)
+    assert not run_dir.exists()
+
+
+def test_a_policy_file_acts_as_its_checkpoint_does_at_a_third_of_the_size(
+    policy_checkpoint: Path,  # noqa: F811
+    tiny_shapes,
+    workdir: Path,
+    tmp_path: Path,
+) -> None:
+    """`policy_only` (what `benchmarks/ship_policy.py` ships) keeps what acting reads: the same
+    greedy decisions as the full checkpoint; without the optimizer a resume refuses it."""
+    cut = tmp_path / "policy.pt"
+    torch.save(policy_only(read_checkpoint(policy_checkpoint)), cut)
+    assert cut.stat().st_size < policy_checkpoint.stat().st_size / 2
+    shipped, full = PolicyController.from_checkpoint(cut), PolicyController.from_checkpoint(policy_checkpoint)
+    assert shipped.training_seeds == full.training_seeds == (5, 6)
+    assert decisions_of(shipped) == decisions_of(full)
+    with pytest.raises(CheckpointError, match=r"learner\.optimizer"):
+        read_checkpoint(cut)
