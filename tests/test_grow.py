@@ -115,3 +115,8 @@ def test_a_policy_file_acts_as_its_checkpoint_does_at_a_third_of_the_size(
     assert decisions_of(shipped) == decisions_of(full)
     with pytest.raises(CheckpointError, match=r"learner\.optimizer"):
         read_checkpoint(cut)
+
+
+def test_a_grow_run_defaults_to_a_run_directory_named_after_the_command(tiny_shapes, workdir: Path) -> None:
+    assert main(["grow", "--controller", "static", *FAST]) == 0
+    assert [p.name.split("-", 2)[2] for p in (workdir / "runs").iterdir()] == ["grow-shapes"]

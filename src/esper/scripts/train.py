@@ -175,7 +175,9 @@ def resolve_growth(args: argparse.Namespace, rest: Sequence[str] = ()) -> Growth
     rotation = settings["blueprints"] or knobs["heuristic"].blueprint_order or None
     blueprints = resolve_blueprints(task, rotation, default_blueprints)
     run_dir = (
-        Path(args.run_dir) if args.run_dir else Path("runs") / f"{time.strftime('%Y%m%d-%H%M%S')}-heuristic-{task.name}"
+        Path(args.run_dir)
+        if args.run_dir
+        else Path("runs") / f"{time.strftime('%Y%m%d-%H%M%S')}-{args.command}-{task.name}"
     )
     config = resolved_config(settings, knobs)
     if args.resume is None:
