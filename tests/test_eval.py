@@ -175,3 +175,13 @@ def test_a_heuristic_file_holds_the_schedule_by_name_and_the_order_as_a_list(tmp
     bad.write_text('[heuristic]\nschedule = "CUBIC"\n')
     with pytest.raises(UsageError, match="'CUBIC'; choose from: LINEAR SIGMOID"):
         heuristic_from_file(str(bad), HeuristicConfig())
+
+
+def test_one_controller_alone_is_measured_with_no_paired_block(
+    tiny_shapes, workdir: Path, tmp_path: Path, capsys
+) -> None:
+    """A single controller is an estimate on held-out seeds (the table crashed on it before)."""
+    assert main(["eval", "--controllers", "random", "--seeds", "0:2", *FAST, "--run-dir", str(tmp_path / "e")]) == 0
+    out = capsys.readouterr().out
+    assert "random" in out and "paired" not in out
+    assert json.loads((tmp_path / "e" / "eval.json").read_text())["paired"] == {}

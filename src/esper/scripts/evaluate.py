@@ -156,7 +156,9 @@ class EvalRun:
 # --------------------------------------------------------------------------- arguments
 def add_eval_parser(sub: argparse._SubParsersAction) -> None:
     p = add_command(sub, "eval", "compare controllers paired on held-out seeds", EVAL_GROUPS, one_seed=False)
-    p.add_argument("--controllers", nargs="+", help=f"two or more of: {CONTROLLER_HELP}")
+    p.add_argument(
+        "--controllers", nargs="+", help=f"one or more of: {CONTROLLER_HELP} (two or more are compared, paired)"
+    )
     p.add_argument("--seeds", help="A:B, the seeds A, A+1, ..., B-1 (as in Python)")
     p.add_argument("--sample", action="store_true", default=None, help="policies sample their actions (default greedy)")
     p.add_argument("--device", help="cpu, cuda, cuda:N or mps (default cpu)")
@@ -199,7 +201,7 @@ def parse_controller(text: str) -> ControllerSpec:
 
 def resolve_controllers(names: list[str] | None, task: TaskSpec, seeds: tuple[int, ...]) -> tuple[ControllerSpec, ...]:
     if not names:
-        raise UsageError(f"--controllers is required: two or more of: {CONTROLLER_HELP}")
+        raise UsageError(f"--controllers is required: one or more of: {CONTROLLER_HELP}")
     specs = tuple(parse_controller(name) for name in names)
     if len({s.name for s in specs}) != len(specs):
         raise UsageError(f"--controllers names a controller twice: {' '.join(names)}")
@@ -487,8 +489,9 @@ def table(report: dict[str, Any]) -> str:
             f"{name:<{width}} {est['mean']:>10.2f} [{low:6.2f}, {high:6.2f}]    "
             f"{statistics.fmean(values['seed_params']):>13,.0f} {statistics.fmean(values['seconds']):>12.1f}"
         )
-    lines.append(f"\npaired test accuracy difference, points (95% CI over {n} seeds):")
-    pair_width = max(48, *(len(pair) for pair in report["paired"]))
+    if report["paired"]:  # one controller alone has nothing to be paired with
+        lines.append(f"\npaired test accuracy difference, points (95% CI over {n} seeds):")
+    pair_width = max([48, *(len(pair) for pair in report["paired"])])
     for pair, est in report["paired"].items():
         low, high = est["ci95"]
         lines.append(f"{pair:<{pair_width}} {est['mean']:+7.2f} [{low:+6.2f}, {high:+6.2f}]")
