@@ -208,11 +208,17 @@ def resolve_controllers(names: list[str] | None, task: TaskSpec, seeds: tuple[in
     if "matched" in {s.kind for s in specs} and not any(s.grows for s in specs):
         raise UsageError("--controllers: matched needs a growing controller (heuristic, random or policy:PATH)")
     for spec in specs:
-        if spec.kind == "policy":
-            check_policy(spec, task, seeds)
-        if spec.kind == "heuristic" and spec.path:
-            heuristic_from_file(spec.path, HeuristicConfig())
+        check_controller(spec, task, seeds)
     return specs
+
+
+def check_controller(spec: ControllerSpec, task: TaskSpec, seeds: tuple[int, ...], flag: str = "--controllers") -> None:
+    """What a controller reads loads: a policy fits the task and never trained on `seeds`; a
+    heuristic file holds valid knobs (`flag`: the option that named it, for the error)."""
+    if spec.kind == "policy":
+        check_policy(spec, task, seeds, flag)
+    if spec.kind == "heuristic" and spec.path:
+        heuristic_from_file(spec.path, HeuristicConfig())
 
 
 def check_policy(spec: ControllerSpec, task: TaskSpec, seeds: tuple[int, ...], flag: str = "--controllers") -> None:

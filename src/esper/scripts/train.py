@@ -53,8 +53,7 @@ from esper.scripts.config import (
 from esper.scripts.evaluate import (
     ControllerSpec,
     add_eval_parser,
-    check_policy,
-    heuristic_from_file,
+    check_controller,
     make_controller,
     parse_controller,
     resolve_eval,
@@ -225,10 +224,7 @@ def resolve_grow_controller(text: str, task: TaskSpec) -> ControllerSpec:
         spec = None
     if spec is None or spec.kind == "matched":
         raise UsageError(f"--controller: unknown controller {text!r}; choose from: {GROW_CONTROLLERS}")
-    if spec.kind == "policy":
-        check_policy(spec, task, seeds=(), flag="--controller")
-    if spec.kind == "heuristic" and spec.path:
-        heuristic_from_file(spec.path, HeuristicConfig())
+    check_controller(spec, task, seeds=(), flag="--controller")
     return spec
 
 
