@@ -18,7 +18,7 @@ from esper.simic.loop import make_learner
 from esper.simic.rewards import RewardConfig, RewardFunction
 from esper.tamiyo import HeuristicConfig, HeuristicController, PolicySpaces
 from esper.tolaria import TASKS
-from test_cli import check_usage_error
+from test_cli import check_usage_error, plateau_task
 
 SLOTS = ("early", "mid", "late")
 
@@ -90,3 +90,24 @@ def test_ppo_warm_starts_from_the_heuristic_and_records_its_seeds(tiny_shapes, w
 )
 def test_bad_cloning_settings_are_one_line_errors(tiny_shapes, workdir: Path, capsys, flag, value, fragment) -> None:
     check_usage_error(capsys, ["ppo", flag, value], fragment)
+
+
+def test_a_demonstrated_action_the_masks_forbid_is_refused() -> None:
+    """A demonstrator outside the policy's action space cannot be cloned: its log-probability is
+    -inf, so the loss is infinite and the cloning teaches nothing."""
+    env = make_env(max_epochs=10)  # long enough for the heuristic to germinate at once
+    spaces = PolicySpaces.derive(Topology.CNN, SLOTS, ("depthwise",))
+    config = HeuristicConfig(warmup_epochs=0, plateau_patience=0, germination_cooldown=0)
+    heuristic = HeuristicController(Topology.CNN, SLOTS, ("conv_heavy",), config, env.config.thresholds)
+    with pytest.raises(ValueError, match=r"conv_heavy.*masks forbid"):
+        demonstrate(env, heuristic, spaces, RewardFunction(RewardConfig(), 1.0), rng_seed=0, episode=0)
+
+
+def test_ppo_clones_the_heuristic_within_its_blueprints(workdir: Path, capsys, monkeypatch) -> None:
+    """The warm start's heuristic germinated the tuned order's first blueprint whatever
+    `--blueprints` allowed (the action NLL printed as inf)."""
+    monkeypatch.setitem(TASKS, "shapes", plateau_task(tiny_shapes_task()))  # the heuristic grows at once
+    argv = ["ppo", "--episodes", "1", "--n-envs", "1", "--max-epochs", "10", "--clone-episodes", "1"]
+    assert main([*argv, "--clone-steps", "5", "--blueprints", "depthwise", "--run-dir", "run"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("warm start: cloned"))
+    assert "inf" not in line, line

@@ -13,7 +13,7 @@ from conftest import tiny_shapes_task
 from esper.scripts.evaluate import ControllerSpec, pairs
 from esper.scripts.train import main
 from esper.tolaria import TASKS
-from test_cli import check_usage_error
+from test_cli import check_usage_error, plateau_task
 
 FAST = ["--max-epochs", "2", "--workers", "0"]
 
@@ -185,3 +185,15 @@ def test_one_controller_alone_is_measured_with_no_paired_block(
     out = capsys.readouterr().out
     assert "random" in out and "paired" not in out
     assert json.loads((tmp_path / "e" / "eval.json").read_text())["paired"] == {}
+
+
+def test_blueprints_restricts_what_the_heuristic_and_random_grow(workdir: Path, tmp_path: Path, monkeypatch) -> None:
+    """`eval --blueprints` was accepted and ignored: every controller chose from its own set."""
+    monkeypatch.setitem(TASKS, "shapes", plateau_task(tiny_shapes_task()))  # the heuristic grows at once
+    run_dir = tmp_path / "eval"
+    argv = ["eval", "--controllers", "heuristic", "random", "--seeds", "0:2", "--blueprints", "depthwise"]
+    assert main([*argv, "--max-epochs", "12", "--workers", "0", "--run-dir", str(run_dir)]) == 0
+    report = json.loads((run_dir / "eval.json").read_text())
+    for name in ("heuristic", "random"):
+        grown = [record["blueprint"] for episode in report["controllers"][name]["grown_seeds"] for record in episode]
+        assert grown and set(grown) == {"depthwise"}, (name, grown)

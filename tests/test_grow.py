@@ -120,3 +120,17 @@ def test_a_policy_file_acts_as_its_checkpoint_does_at_a_third_of_the_size(
 def test_a_grow_run_defaults_to_a_run_directory_named_after_the_command(tiny_shapes, workdir: Path) -> None:
     assert main(["grow", "--controller", "static", *FAST]) == 0
     assert [p.name.split("-", 2)[2] for p in (workdir / "runs").iterdir()] == ["grow-shapes"]
+
+
+def test_a_heuristic_file_keeps_its_blueprint_order_without_the_flag(
+    workdir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`grow --controller heuristic:FILE` ran with the task's tuned order, not the file's."""
+    monkeypatch.setitem(TASKS, "shapes", plateau_task(tiny_shapes_task()))
+    knobs = tmp_path / "knobs.json"
+    knobs.write_text(json.dumps({"heuristic": {"blueprint_order": ["conv_light"]}}))
+    argv = ["grow", "--controller", f"heuristic:{knobs}", "--max-epochs", "12", "--quiet", "--seed", "3"]
+    assert main([*argv, "--run-dir", str(tmp_path / "run")]) == 0
+    results = json.loads((tmp_path / "run" / "summary.json").read_text())["episode_results"]
+    grown = [seed["blueprint"] for result in results for seed in result["seeds"]]
+    assert grown and set(grown) == {"conv_light"}, grown

@@ -143,6 +143,8 @@ class EvalRun:
     controllers: tuple[ControllerSpec, ...]
     seeds: tuple[int, ...]
     heuristic: HeuristicConfig
+    blueprints: tuple[str, ...] | None
+    """`--blueprints`: what the heuristic and `random` choose from (None: their own defaults)."""
     sample: bool
     data_dir: str | None
     host_knobs: dict[str, Any]
@@ -261,6 +263,7 @@ def resolve_eval(args: argparse.Namespace, rest: list[str]) -> EvalRun:
     knobs = parse_knobs(EVAL_GROUPS, rest, over_tuned_heuristic(task.name, file_knobs))
     task = knobs["host"].apply(task)
     resolve_blueprints(task, knobs["heuristic"].blueprint_order or None, ())
+    blueprints = resolve_blueprints(task, settings["blueprints"], ()) or None
     seeds = parse_seeds(settings["seeds"])
     controllers = resolve_controllers(settings["controllers"], task, seeds)
     max_epochs = task.max_epochs if settings["max_epochs"] is None else settings["max_epochs"]
@@ -291,7 +294,7 @@ def resolve_eval(args: argparse.Namespace, rest: list[str]) -> EvalRun:
         host_width=knobs["host"].width,
     )
     return EvalRun(
-        task, env, controllers, seeds, knobs["heuristic"], bool(settings["sample"]), settings["data_dir"],
+        task, env, controllers, seeds, knobs["heuristic"], blueprints, bool(settings["sample"]), settings["data_dir"],
         dataclasses.asdict(knobs["host"]), workers, config, run_dir, finished,
     )  # fmt: skip
 
@@ -311,6 +314,8 @@ class EpisodeJob:
     heuristic: HeuristicConfig
     sample: bool
     data_dir: str | None
+    blueprints: tuple[str, ...] | None
+    """`--blueprints`: what the heuristic and `random` choose from (None: their own defaults)."""
 
 
 def episode_jobs(run: EvalRun, specs: list[ControllerSpec], host_width: int | None) -> list[EpisodeJob]:
@@ -323,11 +328,11 @@ def episode_jobs(run: EvalRun, specs: list[ControllerSpec], host_width: int | No
         if spec.kind == "matched":
             env_fields["host_width"] = host_width
         for seed in run.seeds:
-            jobs.append(
-                EpisodeJob(
-                    spec, seed, run.task.name, run.host_knobs, env_fields, run.heuristic, run.sample, run.data_dir
-                )
-            )
+            job = EpisodeJob(
+                spec, seed, run.task.name, run.host_knobs, env_fields, run.heuristic, run.sample, run.data_dir,
+                run.blueprints,
+            )  # fmt: skip
+            jobs.append(job)
     return jobs
 
 
@@ -337,7 +342,7 @@ def _task_data(task_name: str, host_knobs: tuple, data_dir: str | None):
 
 
 def build_controller(job: EpisodeJob, config: EnvConfig) -> Controller:
-    return make_controller(job.spec, config, job.heuristic, job.sample, job.rng_seed)
+    return make_controller(job.spec, config, job.heuristic, job.sample, job.rng_seed, job.blueprints)
 
 
 def make_controller(
@@ -346,21 +351,24 @@ def make_controller(
     heuristic: HeuristicConfig,
     sample: bool,
     rng_seed: int,
-    rotation: Sequence[str] | None = None,
+    blueprints: Sequence[str] | None = None,
 ) -> Controller:
     """The controller `spec` names, for envs of `config` (`eval` and `grow` build theirs here).
-    `heuristic`: the knobs a plain `heuristic` runs with; `rotation`: its blueprint order (None:
-    the knobs' own); `sample`: a policy samples instead of taking its most probable action."""
+    `heuristic`: the knobs a plain `heuristic` runs with; `blueprints`: the `--blueprints` flag,
+    which the heuristic (as its rotation, over its knobs' order) and `random` choose from (None:
+    the heuristic's knobs' order, every blueprint for `random`; a policy always chooses among the
+    blueprints it was trained with); `sample`: a policy samples instead of taking its most
+    probable action."""
     if spec.kind in ("static", "matched"):
         return StaticController()
     if spec.kind == "random":
         return RandomController(
-            config.task.topology, config.enabled_slots, thresholds=config.thresholds, rng_seed=rng_seed
+            config.task.topology, config.enabled_slots, blueprints, thresholds=config.thresholds, rng_seed=rng_seed
         )
     if spec.kind == "heuristic":
         knobs = heuristic_from_file(spec.path, heuristic) if spec.path else heuristic
         return HeuristicController(
-            config.task.topology, config.enabled_slots, rotation, config=knobs, thresholds=config.thresholds
+            config.task.topology, config.enabled_slots, blueprints, config=knobs, thresholds=config.thresholds
         )
     assert spec.path is not None
     return PolicyController.from_checkpoint(spec.path, greedy=not sample, rng_seed=rng_seed)

@@ -345,7 +345,7 @@ def warm_start(run: PPORun, envs: MorphogeneticEnvs, learner: Learner, quiet: bo
     after the run's own (recorded as training seeds). Every rank clones the same episodes, so
     the ranks' policies stay equal with no communication."""
     n, first = run.settings["clone_episodes"], run.config.rng_seed + run.config.episodes
-    allowed = envs.spaces.actions.blueprints
+    allowed = envs.spaces.actions.allowed_blueprints or envs.spaces.actions.blueprints
     config = tuned_heuristic(run.task.name)
     rotation = [b for b in (config.blueprint_order or PREFERRED_BLUEPRINTS[run.task.topology]) if b in allowed]
     heuristic = HeuristicController(

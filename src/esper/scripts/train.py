@@ -24,7 +24,6 @@ from tqdm import tqdm
 
 import esper
 from esper.karn import episode_summary, write_atomic, write_json_atomic, write_torch_atomic
-from esper.kasmina.blueprints import blueprint_names
 from esper.nissa import TelemetryError
 from esper.scripts.common import (
     OneLineParser,
@@ -65,7 +64,7 @@ from esper.scripts.signals import GracefulStop, StopRequested
 from esper.scripts.watch import add_watch_parser, resolve_watch, run_watch
 from esper.simic.distributed import SINGLE_PROCESS, shutdown_distributed
 from esper.simic.morphogenetic_envs import EnvFailure
-from esper.tamiyo import PREFERRED_BLUEPRINTS, HeuristicConfig
+from esper.tamiyo import HeuristicConfig
 from esper.tolaria import (
     DEFAULT_TASK,
     EnvConfig,
@@ -86,7 +85,7 @@ HEURISTIC_DEFAULTS: dict[str, Any] = {
     "max_epochs": None,  # the task's
     "slots": None,  # all of the host's
     "max_germinations": DEFAULT_MAX_GERMINATIONS,
-    "blueprints": None,  # the heuristic's rotation
+    "blueprints": None,  # the heuristic's rotation, random's choice (None: the knobs' order, all)
     "device": "cpu",
     "seed": 0,
     "data_dir": None,
@@ -139,7 +138,8 @@ class GrowthRun:
     env: EnvConfig
     episodes: int
     rng_seed: int
-    blueprints: tuple[str, ...]
+    blueprints: tuple[str, ...] | None
+    """`--blueprints`: what the heuristic and `random` choose from (None: their own defaults)."""
     heuristic: HeuristicConfig
     config: dict[str, Any]
     """The resolved settings and knobs, as the run directory records them."""
@@ -170,9 +170,7 @@ def resolve_growth(args: argparse.Namespace, rest: Sequence[str] = ()) -> Growth
     check_minimum("--max-epochs", max_epochs, 1)
     device = resolve_device_arg(settings["device"])
     slots = resolve_slots(task, settings["slots"])
-    default_blueprints = PREFERRED_BLUEPRINTS.get(task.topology, blueprint_names(task.topology))
-    rotation = settings["blueprints"] or knobs["heuristic"].blueprint_order or None
-    blueprints = resolve_blueprints(task, rotation, default_blueprints)
+    blueprints = resolve_blueprints(task, settings["blueprints"], ()) or None
     run_dir = (
         Path(args.run_dir)
         if args.run_dir
@@ -332,7 +330,7 @@ def run_growth(run: GrowthRun) -> dict:
             "max_epochs": run.env.max_epochs,
             "slots": list(run.env.enabled_slots),
             "max_germinations": run.env.max_germinations,
-            "blueprints": list(run.blueprints),
+            "blueprints": None if run.blueprints is None else list(run.blueprints),
             "device": str(run.env.device),
             "seed": run.rng_seed,
             "torch": torch.__version__,

@@ -66,9 +66,12 @@ def demonstrate(
         decision = controller.decide(signals)
         action = actions_space.encode(decision)
         first, conditional = actions_space.conditional_masks(signals, thresholds)
+        heads = [first, *(mask[action[0]] for mask in conditional)]
+        if not all(mask[index] for mask, index, on in zip(heads, action, head_active[action[0]], strict=True) if on):
+            raise ValueError(f"the demonstrator chose {decision}, which the policy's masks forbid: it cannot be cloned")
         obs.append(spaces.layout.featurize(signals))
         actions.append(torch.tensor(action))
-        masks.append(torch.cat([first, *(mask[action[0]] for mask in conditional)]))
+        masks.append(torch.cat(heads))
         active.append(head_active[action[0]])
         result = env.step(decision)
         controller.record_step(decision, result.changes)
