@@ -30,6 +30,20 @@ def test_resume_last_starts_fresh_then_continues_exactly(tiny_tasks, workdir: Pa
     assert [without_timing(r) for r in rows(split)] == [without_timing(r) for r in rows(whole)]
 
 
+def test_resume_last_on_a_finished_run_does_nothing_and_succeeds(
+    tiny_tasks, workdir: Path, tmp_path: Path, capsys
+) -> None:
+    """The same command line repeated after it finished (a scheduler's retry) was exit code 2."""
+    run_dir = tmp_path / "run"
+    same_command = ["ppo", "--episodes", "4", *TINY, "--resume", "last", "--run-dir", str(run_dir)]
+    assert main(same_command) == 0
+    before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+    capsys.readouterr()
+    assert main(same_command) == 0
+    assert f"esper: {run_dir} has finished: 4 of 4 episodes; nothing to do" in capsys.readouterr().out
+    assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before
+
+
 def test_a_run_directory_given_to_resume_means_its_latest_checkpoint(tiny_tasks, workdir: Path, tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     assert main(["ppo", "--episodes", "4", *TINY, "--save-every", "1", "--run-dir", str(run_dir)]) == 0

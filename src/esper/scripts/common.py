@@ -26,6 +26,11 @@ class UsageError(Exception):
     """Bad input: reported as one line, exit code 2."""
 
 
+class AlreadyFinished(Exception):
+    """`--resume last` on a run that has already done all it was asked: one line, exit code 0,
+    so a command line repeated after a crash (or by a scheduler) is safe when there was none."""
+
+
 class OneLineParser(argparse.ArgumentParser):
     """argparse prints usage plus the error; Esper prints just the error, on one line."""
 

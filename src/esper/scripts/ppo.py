@@ -26,6 +26,7 @@ from esper.karn.rundir import read_jsonl
 from esper.kasmina.blueprints import blueprint_names
 from esper.nissa import ROUND_METRICS, Event, TelemetryHub
 from esper.scripts.common import (
+    AlreadyFinished,
     UsageError,
     add_tracking_flags,
     check_minimum,
@@ -170,6 +171,10 @@ def resolve_ppo(args: argparse.Namespace, rest: Sequence[str] = (), ctx: DistCon
     slots = resolve_slots(task, settings["slots"])
     blueprints = resolve_blueprints(task, settings["blueprints"], blueprint_names(task.topology))
     config = trainer_config(settings, knobs)
+    if folder is not None and resume is not None:
+        done = int(resume["learner"]["episodes_done"])
+        if done >= settings["episodes"]:
+            raise AlreadyFinished(f"{folder} has finished: {done} of {settings['episodes']} episodes; nothing to do")
     if resume is not None:
         spaces = PolicySpaces.derive(task.topology, task.slot_names, blueprints).signature()
         try:

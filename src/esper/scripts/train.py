@@ -26,6 +26,7 @@ import esper
 from esper.karn import episode_summary, write_atomic, write_json_atomic, write_torch_atomic
 from esper.nissa import TelemetryError
 from esper.scripts.common import (
+    AlreadyFinished,
     OneLineParser,
     UsageError,
     add_tracking_flags,
@@ -368,6 +369,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"esper: error: {exc}", file=sys.stderr)
         shutdown_distributed(graceful=False)
         return 2
+    except AlreadyFinished as exc:
+        if ctx.is_main:
+            print(f"esper: {exc}", flush=True)
+        shutdown_distributed(graceful=True)
+        return 0
     try:
         execute(run)
     except EnvFailure as exc:
