@@ -88,6 +88,16 @@ def test_a_checkpoint_restricts_its_policy_to_the_runs_slots(tiny_shapes, workdi
     assert PolicyController.from_checkpoint(run_dir / "checkpoints" / "round-0001.pt").slots == ("mid",)
 
 
+def test_a_checkpoint_restricts_its_policy_to_the_runs_blueprints(tiny_shapes, workdir: Path, tmp_path) -> None:
+    """A policy trained with `--blueprints depthwise` could germinate any blueprint once loaded."""
+    run_dir = tmp_path / "run"
+    argv = ["ppo", "--episodes", "2", "--n-envs", "2", "--max-epochs", "2", "--quiet", "--run-dir", str(run_dir)]
+    assert main([*argv, "--blueprints", "depthwise"]) == 0
+    policy = PolicyController.from_checkpoint(run_dir / "checkpoints" / "round-0001.pt")
+    allowed = policy.spaces.actions.blueprint_mask()
+    assert [b for b, ok in zip(policy.spaces.actions.blueprints, allowed.tolist(), strict=True) if ok] == ["depthwise"]
+
+
 def test_a_checkpoint_that_does_not_fit_the_task_is_refused(tiny_shapes, workdir: Path, tmp_path) -> None:
     run_dir = tmp_path / "run"
     argv = ["ppo", "--episodes", "2", "--n-envs", "2", "--max-epochs", "2", "--quiet", "--run-dir", str(run_dir)]

@@ -54,11 +54,30 @@ def test_a_run_killed_in_its_third_episode_resumes_to_the_same_results(tiny_task
     assert ends == [0, 1, 2]
 
 
-def test_resume_refuses_other_settings_and_a_finished_run(tiny_tasks, workdir: Path, tmp_path, capsys) -> None:
+def test_resume_last_on_a_finished_run_does_nothing_and_succeeds(tiny_tasks, workdir: Path, tmp_path, capsys) -> None:
+    run_dir = tmp_path / "run"
+    assert main([*RUN, "--run-dir", str(run_dir)]) == 0
+    before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+    capsys.readouterr()
+    assert main([*RUN, "--resume", "last", "--run-dir", str(run_dir)]) == 0
+    assert f"esper: {run_dir} has finished: 3 of 3 episodes; nothing to do" in capsys.readouterr().out
+    assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before
+
+
+def test_every_episode_saved_but_no_summary_resumes_to_the_summary(tiny_tasks, workdir: Path, tmp_path) -> None:
+    """Killed after its last episode was saved, before the summary: resuming writes the summary."""
+    run_dir = tmp_path / "run"
+    assert main([*RUN, "--run-dir", str(run_dir)]) == 0
+    whole = results(run_dir)
+    (run_dir / "summary.json").unlink()
+    assert main([*RUN, "--resume", "last", "--run-dir", str(run_dir)]) == 0
+    assert results(run_dir) == whole
+
+
+def test_resume_refuses_other_settings(tiny_tasks, workdir: Path, tmp_path, capsys) -> None:
     run_dir = tmp_path / "run"
     assert main([*RUN, "--run-dir", str(run_dir)]) == 0
     capsys.readouterr()
-    check_usage_error(capsys, [*RUN, "--resume", "last", "--run-dir", str(run_dir)], "already holds all 3 episodes")
     check_usage_error(
         capsys, [*RUN, "--seed", "5", "--episodes", "4", "--resume", "last", "--run-dir", str(run_dir)], "(seed)"
     )

@@ -42,6 +42,8 @@ def test_resume_last_on_a_finished_run_does_nothing_and_succeeds(
     assert main(same_command) == 0
     assert f"esper: {run_dir} has finished: 4 of 4 episodes; nothing to do" in capsys.readouterr().out
     assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before
+    (run_dir / "summary.json").unlink()  # killed after its last checkpoint, before its summary
+    check_usage_error(capsys, same_command, "--episodes 4 is already reached")
 
 
 def test_a_run_directory_given_to_resume_means_its_latest_checkpoint(tiny_tasks, workdir: Path, tmp_path: Path) -> None:

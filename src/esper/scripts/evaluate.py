@@ -220,7 +220,11 @@ def check_controller(spec: ControllerSpec, task: TaskSpec, seeds: tuple[int, ...
     if spec.kind == "policy":
         check_policy(spec, task, seeds, flag)
     if spec.kind == "heuristic" and spec.path:
-        heuristic_from_file(spec.path, HeuristicConfig())
+        order = heuristic_from_file(spec.path, HeuristicConfig()).blueprint_order
+        try:
+            resolve_blueprints(task, order or None, ())
+        except UsageError as exc:
+            raise UsageError(f"heuristic:{spec.path}: {exc}") from None
 
 
 def check_policy(spec: ControllerSpec, task: TaskSpec, seeds: tuple[int, ...], flag: str = "--controllers") -> None:
@@ -247,6 +251,15 @@ def check_policy(spec: ControllerSpec, task: TaskSpec, seeds: tuple[int, ...], f
         )
 
 
+def resolve_heuristic_blueprints(
+    task: TaskSpec, knobs: HeuristicConfig, flag: Sequence[str] | None
+) -> tuple[str, ...] | None:
+    """`--blueprints` (None when not given), once it and the heuristic's `blueprint_order` are
+    checked to name blueprints of the task (`eval` and `grow` share this)."""
+    resolve_blueprints(task, knobs.blueprint_order or None, ())
+    return resolve_blueprints(task, flag, ()) or None
+
+
 def heuristic_from_file(path: str, defaults: HeuristicConfig) -> HeuristicConfig:
     """A file's `[heuristic]` table over `defaults`; anything else in the file is an error."""
     _, knobs = split_config(read_config_file(path), (), {"heuristic": HeuristicConfig}, f"heuristic:{path}")
@@ -262,8 +275,7 @@ def resolve_eval(args: argparse.Namespace, rest: list[str]) -> EvalRun:
     task = resolve_task(settings["task"])
     knobs = parse_knobs(EVAL_GROUPS, rest, over_tuned_heuristic(task.name, file_knobs))
     task = knobs["host"].apply(task)
-    resolve_blueprints(task, knobs["heuristic"].blueprint_order or None, ())
-    blueprints = resolve_blueprints(task, settings["blueprints"], ()) or None
+    blueprints = resolve_heuristic_blueprints(task, knobs["heuristic"], settings["blueprints"])
     seeds = parse_seeds(settings["seeds"])
     controllers = resolve_controllers(settings["controllers"], task, seeds)
     max_epochs = task.max_epochs if settings["max_epochs"] is None else settings["max_epochs"]

@@ -64,7 +64,7 @@ from esper.simic.cloning import clone, demonstrate
 from esper.simic.distributed import SINGLE_PROCESS, DistContext, init_distributed
 from esper.simic.loop import Learner
 from esper.simic.morphogenetic_envs import MorphogeneticEnvs, TrainerConfig, build_trainer, run_round
-from esper.tamiyo import PREFERRED_BLUEPRINTS, HeuristicController, PolicySpaces, tuned_heuristic
+from esper.tamiyo import HeuristicController, PolicySpaces, tuned_heuristic
 from esper.tolaria import DEFAULT_TASK, EnvConfig, TaskSpec
 from esper.tolaria.datasets import TaskData
 from esper.tolaria.training import PRECISIONS
@@ -162,6 +162,7 @@ def resolve_ppo(args: argparse.Namespace, rest: Sequence[str] = (), ctx: DistCon
     resume_path, skipped, folder = resolve_resume_path(args.resume, args.run_dir)
     resume = read_resume(resume_path) if resume_path is not None else None
     settings, knobs = resolve_settings_and_knobs(args, rest, resume)
+    check_not_finished(folder, resume, settings["episodes"])
     task = knobs["host"].apply(resolve_task(settings["task"]))
     check_counts(settings)
     max_epochs = settings["max_epochs"] or task.max_epochs
@@ -171,10 +172,6 @@ def resolve_ppo(args: argparse.Namespace, rest: Sequence[str] = (), ctx: DistCon
     slots = resolve_slots(task, settings["slots"])
     blueprints = resolve_blueprints(task, settings["blueprints"], blueprint_names(task.topology))
     config = trainer_config(settings, knobs)
-    if folder is not None and resume is not None:
-        done = int(resume["learner"]["episodes_done"])
-        if done >= settings["episodes"]:
-            raise AlreadyFinished(f"{folder} has finished: {done} of {settings['episodes']} episodes; nothing to do")
     if resume is not None:
         spaces = PolicySpaces.derive(task.topology, task.slot_names, blueprints).signature()
         try:
@@ -254,6 +251,17 @@ def resolve_resume_path(
     for _, reason in skipped:
         print(f"esper: warning: {reason}; resuming from the checkpoint before it", file=sys.stderr)
     return latest, skipped, folder
+
+
+def check_not_finished(folder: Path | None, resume: dict[str, Any] | None, episodes: int) -> None:
+    """`AlreadyFinished` for a run directory resumed after it completed (its summary written).
+    Checked before anything specific to this machine (devices), so every rank of a torchrun job
+    takes this path together, and a finished GPU run repeated on a CPU box says so."""
+    if folder is None or resume is None or not (folder / "summary.json").exists():
+        return
+    done = int(resume["learner"]["episodes_done"])
+    if done >= episodes:
+        raise AlreadyFinished(f"{folder} has finished: {done} of {episodes} episodes; nothing to do")
 
 
 def read_resume(path: Path) -> dict[str, Any]:
@@ -350,11 +358,12 @@ def warm_start(run: PPORun, envs: MorphogeneticEnvs, learner: Learner, quiet: bo
     after the run's own (recorded as training seeds). Every rank clones the same episodes, so
     the ranks' policies stay equal with no communication."""
     n, first = run.settings["clone_episodes"], run.config.rng_seed + run.config.episodes
-    allowed = envs.spaces.actions.allowed_blueprints or envs.spaces.actions.blueprints
-    config = tuned_heuristic(run.task.name)
-    rotation = [b for b in (config.blueprint_order or PREFERRED_BLUEPRINTS[run.task.topology]) if b in allowed]
     heuristic = HeuristicController(
-        run.task.topology, run.env.enabled_slots, rotation or allowed, config, run.env.thresholds
+        run.task.topology,
+        run.env.enabled_slots,
+        envs.spaces.actions.allowed_blueprints,
+        tuned_heuristic(run.task.name),
+        run.env.thresholds,
     )
     demos = []
     for i in range(n):

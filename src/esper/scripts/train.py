@@ -34,7 +34,6 @@ from esper.scripts.common import (
     check_run_dir,
     check_same_run,
     load_task_data,
-    resolve_blueprints,
     resolve_device_arg,
     resolve_slots,
     resolve_task,
@@ -57,6 +56,7 @@ from esper.scripts.evaluate import (
     make_controller,
     parse_controller,
     resolve_eval,
+    resolve_heuristic_blueprints,
     run_eval,
 )
 from esper.scripts.ppo import add_ppo_parser, distributed_context, resolve_ppo, run_ppo
@@ -171,7 +171,7 @@ def resolve_growth(args: argparse.Namespace, rest: Sequence[str] = ()) -> Growth
     check_minimum("--max-epochs", max_epochs, 1)
     device = resolve_device_arg(settings["device"])
     slots = resolve_slots(task, settings["slots"])
-    blueprints = resolve_blueprints(task, settings["blueprints"], ()) or None
+    blueprints = resolve_heuristic_blueprints(task, knobs["heuristic"], settings["blueprints"])
     run_dir = (
         Path(args.run_dir)
         if args.run_dir
@@ -259,9 +259,9 @@ def finished_episodes(run_dir: Path, config: dict[str, Any], episodes: int) -> t
         if not path.exists():
             break
         outcomes.append(EpisodeOutcome.from_json(json.loads(path.read_text())))
-    if len(outcomes) == episodes:
-        raise UsageError(f"{str(run_dir)!r} already holds all {episodes} episodes: nothing to resume")
-    return tuple(outcomes)
+    if len(outcomes) == episodes and (run_dir / "summary.json").exists():
+        raise AlreadyFinished(f"{run_dir} has finished: {episodes} of {episodes} episodes; nothing to do")
+    return tuple(outcomes)  # all of them, without a summary: the run writes it
 
 
 def run_growth(run: GrowthRun) -> dict:

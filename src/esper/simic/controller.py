@@ -71,7 +71,8 @@ class PolicyController:
         path = Path(path)
         payload = read_checkpoint(path, POLICY_KEYS)
         task = get_task(payload["settings"]["task"])
-        spaces = PolicySpaces.derive(task.topology, task.slot_names, payload["spaces"].get("blueprints"))
+        # the run's --blueprints (None: all): the signature lists the head's full order, not these
+        spaces = PolicySpaces.derive(task.topology, task.slot_names, payload["settings"].get("blueprints"))
         check_compatible(path, payload["spaces"], spaces.signature())
         hidden = int(payload["trainer"]["hidden"])
         policy = RecurrentPolicy(spaces.layout.obs_dim, spaces.actions.head_sizes, hidden, hidden)

@@ -117,11 +117,13 @@ class HeuristicController:
         self.config = config or HeuristicConfig()
         self.thresholds = thresholds or GateThresholds()
         self.enabled_slots = tuple(enabled_slots)
-        if blueprints is None:
-            blueprints = self.config.blueprint_order or PREFERRED_BLUEPRINTS[topology]
-        for name in blueprints:
+        order = self.config.blueprint_order or PREFERRED_BLUEPRINTS[topology]
+        allowed = tuple(blueprints) if blueprints else blueprint_names(topology)
+        for name in (*order, *allowed):
             get_blueprint(topology, name)
-        self.rotation: tuple[str, ...] = tuple(blueprints) or blueprint_names(topology)
+        self.rotation: tuple[str, ...] = tuple(b for b in order if b in allowed) or allowed
+        """The knobs' `blueprint_order` (default: most parameters first) narrowed to `blueprints`
+        (a run's `--blueprints`; None: all); the allowed ones as given when it names none of them."""
         self.reset()
 
     def reset(self) -> None:
