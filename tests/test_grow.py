@@ -134,3 +134,12 @@ def test_a_heuristic_file_keeps_its_blueprint_order_without_the_flag(
     results = json.loads((tmp_path / "run" / "summary.json").read_text())["episode_results"]
     grown = [seed["blueprint"] for result in results for seed in result["seeds"]]
     assert grown and set(grown) == {"conv_light"}, grown
+
+
+def test_a_bad_blueprint_order_is_one_line_and_writes_nothing(tiny_shapes, workdir: Path, tmp_path, capsys) -> None:
+    knobs = tmp_path / "knobs.json"
+    knobs.write_text(json.dumps({"heuristic": {"blueprint_order": ["nope"]}}))
+    run_dir = tmp_path / "run"
+    check_usage_error(capsys, ["grow", "--heuristic.blueprint_order", "[nope]", "--run-dir", str(run_dir)], "'nope'")
+    check_usage_error(capsys, ["grow", "--controller", f"heuristic:{knobs}", "--run-dir", str(run_dir)], "'nope'")
+    assert not run_dir.exists()

@@ -220,9 +220,8 @@ def check_controller(spec: ControllerSpec, task: TaskSpec, seeds: tuple[int, ...
     if spec.kind == "policy":
         check_policy(spec, task, seeds, flag)
     if spec.kind == "heuristic" and spec.path:
-        order = heuristic_from_file(spec.path, HeuristicConfig()).blueprint_order
         try:
-            resolve_blueprints(task, order or None, ())
+            resolve_heuristic_blueprints(task, heuristic_from_file(spec.path, HeuristicConfig()), None)
         except UsageError as exc:
             raise UsageError(f"heuristic:{spec.path}: {exc}") from None
 
@@ -367,10 +366,9 @@ def make_controller(
 ) -> Controller:
     """The controller `spec` names, for envs of `config` (`eval` and `grow` build theirs here).
     `heuristic`: the knobs a plain `heuristic` runs with; `blueprints`: the `--blueprints` flag,
-    which the heuristic (as its rotation, over its knobs' order) and `random` choose from (None:
-    the heuristic's knobs' order, every blueprint for `random`; a policy always chooses among the
-    blueprints it was trained with); `sample`: a policy samples instead of taking its most
-    probable action."""
+    what the heuristic (its knobs' order narrowed to them) and `random` choose from (None: all; a
+    policy always chooses among the blueprints its run allowed); `sample`: a policy samples
+    instead of taking its most probable action."""
     if spec.kind in ("static", "matched"):
         return StaticController()
     if spec.kind == "random":
