@@ -30,6 +30,9 @@ class AlreadyFinished(Exception):
     """`--resume last` on a run that has already done all it was asked: one line, exit code 0,
     so a command line repeated after a crash (or by a scheduler) is safe when there was none."""
 
+    def __init__(self, run_dir: Path, done: int, episodes: int) -> None:
+        super().__init__(f"{run_dir} has finished: {done} of {episodes} episodes; nothing to do")
+
 
 class OneLineParser(argparse.ArgumentParser):
     """argparse prints usage plus the error; Esper prints just the error, on one line."""

@@ -261,7 +261,7 @@ def check_not_finished(folder: Path | None, resume: dict[str, Any] | None, episo
         return
     done = int(resume["learner"]["episodes_done"])
     if done >= episodes:
-        raise AlreadyFinished(f"{folder} has finished: {done} of {episodes} episodes; nothing to do")
+        raise AlreadyFinished(folder, done, episodes)
 
 
 def read_resume(path: Path) -> dict[str, Any]:

@@ -260,7 +260,7 @@ def finished_episodes(run_dir: Path, config: dict[str, Any], episodes: int) -> t
             break
         outcomes.append(EpisodeOutcome.from_json(json.loads(path.read_text())))
     if len(outcomes) == episodes and (run_dir / "summary.json").exists():
-        raise AlreadyFinished(f"{run_dir} has finished: {episodes} of {episodes} episodes; nothing to do")
+        raise AlreadyFinished(run_dir, episodes, episodes)
     return tuple(outcomes)  # all of them, without a summary: the run writes it
 
 

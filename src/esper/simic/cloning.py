@@ -66,13 +66,13 @@ def demonstrate(
         decision = controller.decide(signals)
         action = actions_space.encode(decision)
         first, conditional = actions_space.conditional_masks(signals, thresholds)
-        heads = [first, *(mask[action[0]] for mask in conditional)]
-        if not all(mask[index] for mask, index, on in zip(heads, action, head_active[action[0]], strict=True) if on):
+        heads, on = [first, *(mask[action[0]] for mask in conditional)], head_active[action[0]]
+        if not all(mask[index] for mask, index, used in zip(heads, action, on, strict=True) if used):
             raise ValueError(f"the demonstrator chose {decision}, which the policy's masks forbid: it cannot be cloned")
         obs.append(spaces.layout.featurize(signals))
         actions.append(torch.tensor(action))
         masks.append(torch.cat(heads))
-        active.append(head_active[action[0]])
+        active.append(on)
         result = env.step(decision)
         controller.record_step(decision, result.changes)
         parts = reward(signals, result.signals, terminal=result.done, panic=result.panic is not None)
