@@ -69,6 +69,11 @@ BAD_INPUTS = {
     "negative max germinations": (["--max-germinations", "-1"], ["--max-germinations", "-1"]),
     "embedded task with data dir": (["--data-dir", "/some/folder"], ["shapes", "/some/folder"]),
     "real task without data dir": (["--task", "cifar10"], ["cifar10", "--data-dir", DATA_DIR_ENV]),
+    "samples per epoch below a batch": (["--host.samples_per_epoch", "50"], ["host.samples_per_epoch 50", "100"]),
+    "samples per epoch above the pool": (
+        ["--host.samples_per_epoch", "60000"],
+        ["host.samples_per_epoch", "60000", "50000 training images"],
+    ),
 }
 
 

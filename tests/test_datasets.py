@@ -694,3 +694,20 @@ def test_a_batch_whose_data_is_not_a_uint8_array_is_corrupt(cifar_root: Path) ->
     write_cifar_batch(cifar_root / "data_batch_4", np.zeros((3, 3072), dtype=np.float64), [0, 1, 2])
     with pytest.raises(DatasetError, match="expected a uint8 NumPy array"):
         load_cifar10(cifar_root)
+
+
+def test_with_samples_per_epoch_changes_only_the_training_draw() -> None:
+    data = indexed_images(100).with_samples_per_epoch(30)
+    labels = torch.cat([y for _, y in data.train_batches(10, torch.Generator().manual_seed(0))])
+    assert labels.numel() == 30 and labels.unique().numel() == 30
+    full = indexed_images(100)
+    assert torch.equal(data.val_x, full.val_x) and torch.equal(data.test_y, full.test_y)
+    with pytest.raises(ValueError, match="101 samples per epoch exceed the 100 training images"):
+        full.with_samples_per_epoch(101)
+
+
+def test_token_data_with_samples_per_epoch_draws_that_many_windows() -> None:
+    train, val, test = split_tokens(pydoc_topics_bytes()[:20_000], val_fraction=0.2, test_fraction=0.1)
+    data = TokenData(train, val, test, block_size=16, train_windows_per_epoch=128, max_eval_windows=32)
+    windows = sum(x.shape[0] for x, _ in data.with_samples_per_epoch(48).train_batches(16, torch.Generator()))
+    assert windows == 48

@@ -99,10 +99,22 @@ def resolve_blueprints(task: TaskSpec, names: Sequence[str] | None, default: tup
 
 
 def load_task_data(task: TaskSpec, data_dir: str | None) -> TaskData:
+    """The task's data, drawing `task.samples_per_epoch` training samples per epoch when set."""
+    n = task.samples_per_epoch
+    if n is not None and n < task.batch_size:
+        raise UsageError(
+            f"host.samples_per_epoch {n} is below the batch size {task.batch_size}: an epoch would train nothing"
+        )
     try:
-        return task.load_data(task.resolve_data_dir(data_dir))
+        data = task.load_data(task.resolve_data_dir(data_dir))
     except DatasetError as exc:
         raise UsageError(str(exc)) from None
+    if n is None:
+        return data
+    try:
+        return data.with_samples_per_epoch(n)
+    except ValueError as exc:
+        raise UsageError(f"host.samples_per_epoch: {exc}") from None
 
 
 def add_tracking_flags(parser: argparse.ArgumentParser) -> None:

@@ -50,9 +50,12 @@ class HostTraining:
     """AdamW weight decay, for host and seeds."""
     width: int | None = None
     """The host's width (CNN channels of the first block, transformer d_model)."""
+    samples_per_epoch: int | None = None
+    """Training images (or text windows) drawn per epoch, in place of the task's count: fewer
+    make a cheaper training variant of the task (shapes draws 10,000 of its 50,000 per epoch)."""
 
     def __post_init__(self) -> None:
-        for name in ("batch_size", "width"):
+        for name in ("batch_size", "width", "samples_per_epoch"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"host.{name} must be >= 1, got {value}")

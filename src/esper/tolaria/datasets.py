@@ -7,6 +7,7 @@ from disk and fail loudly when missing or corrupt; nothing is ever substituted f
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import pickle
@@ -79,6 +80,14 @@ class ImageData:
     def split_sizes(self) -> dict[str, int]:
         return {"train": self.train_x.shape[0], "val": self.val_x.shape[0], "test": self.test_x.shape[0]}
 
+    def with_samples_per_epoch(self, n: int) -> ImageData:
+        """These data drawing `n` training images per epoch: a cheaper (or dearer) training
+        variant of the same task, whose selection and test splits are untouched."""
+        pool = self.train_x.shape[0]
+        if n > pool:
+            raise ValueError(f"{n} samples per epoch exceed the {pool} training images")
+        return dataclasses.replace(self, samples_per_epoch=n)
+
     def train_batches(self, batch_size: int, generator: torch.Generator) -> Iterator[Batch]:
         """One epoch of shuffled batches. `generator` lives on the CPU; indices move to the data."""
         n = self.train_x.shape[0]
@@ -127,6 +136,10 @@ class TokenData:
             self.train_windows_per_epoch,
             self.max_eval_windows,
         )
+
+    def with_samples_per_epoch(self, n: int) -> TokenData:
+        """These data drawing `n` training windows per epoch (see `ImageData.with_samples_per_epoch`)."""
+        return dataclasses.replace(self, train_windows_per_epoch=n)
 
     def split_sizes(self) -> dict[str, int]:
         """Tokens the training split holds, and tokens scored in the selection and test splits

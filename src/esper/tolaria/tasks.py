@@ -51,6 +51,9 @@ class TaskSpec:
     weight_decay: float
     max_epochs: int
     """Default episode length (host epochs)."""
+    samples_per_epoch: int | None = None
+    """Training images (or text windows) per epoch in place of the dataset's own count (None:
+    the dataset's): a cheaper training variant of the task, with the same selection and test splits."""
 
     @property
     def slot_ids(self) -> tuple[SlotId, ...]:
