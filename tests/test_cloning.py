@@ -71,6 +71,39 @@ def test_a_cloned_policy_takes_the_demonstrated_actions() -> None:
     assert after.agreement >= 0.9 > before.agreement
 
 
+class GrowsAt:
+    """Waits, and germinates `conv_heavy` in `early` once, at the epoch given."""
+
+    def __init__(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def reset(self) -> None:
+        pass
+
+    def decide(self, signals) -> Decision:
+        if signals.epoch == self.epoch:
+            return Decision(LifecycleOp.GERMINATE, "early", "conv_heavy")
+        return Decision(LifecycleOp.WAIT)
+
+    def record_step(self, decision, changes) -> None:
+        pass
+
+
+def test_a_static_demonstration_under_a_static_baseline_earns_exactly_nothing() -> None:
+    """The twin a demonstration subtracts is the static host on the same seed and data order: a
+    demonstrator that only waits is that host, so every reward is 0 to the last bit; one that
+    grows differs from it only once it has grown."""
+    env = make_env(max_epochs=5)
+    spaces = PolicySpaces.derive(Topology.CNN, SLOTS)
+    reward = RewardFunction(RewardConfig(static_baseline=True), 1.0)
+    demo = demonstrate(env, GrowsAt(99), spaces, reward, rng_seed=3, episode=0)
+    assert demo.rewards.tolist() == [0.0] * 5
+    demo = demonstrate(env, GrowsAt(2), spaces, reward, rng_seed=3, episode=1)
+    assert demo.actions[2, 0] == int(LifecycleOp.GERMINATE)
+    assert demo.rewards[:2].tolist() == [0.0, 0.0]  # epochs 0 and 1, before the growth
+    assert demo.rewards[2:].abs().sum() > 0
+
+
 @pytest.mark.slow
 def test_ppo_warm_starts_from_the_heuristic_and_records_its_seeds(tiny_shapes, workdir: Path, capsys) -> None:
     argv = ["ppo", "--episodes", "2", "--n-envs", "2", "--max-epochs", "3", "--seed", "5", "--clone-episodes", "2"]

@@ -72,6 +72,8 @@ def test_a_reward_with_another_shaping_gamma_is_refused(monkeypatch) -> None:
     made = gymnasium.make("esper/Morphogenetic-v0", gamma=0.99, reward=RewardConfig(gamma=0.99, param_price=2.0))
     assert made.unwrapped.reward_fn.config == RewardConfig(gamma=0.99, param_price=2.0)
     assert gym_env().reward_fn.config.gamma == 1.0
+    with pytest.raises(ValueError, match="static_baseline needs the PPO trainer's static twin"):
+        gymnasium.make("esper/Morphogenetic-v0", gamma=1.0, reward=RewardConfig(static_baseline=True), max_epochs=2)
 
 
 def test_the_registered_id_makes_an_env_that_passes_check_env(monkeypatch) -> None:

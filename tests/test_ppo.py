@@ -16,6 +16,7 @@ from esper.simic import PPOConfig, RolloutBuffer, compute_gae, loop, ppo_update
 from esper.simic import morphogenetic_envs as menvs
 from esper.simic.buffer import RolloutStep
 from esper.simic.checkpoint import learner_state, load_learner_state
+from esper.simic.rewards import RewardConfig
 from esper.tamiyo import ActionSpace, FactoredMasks, RecurrentPolicy, evaluate_factored, sample_factored
 from esper.tolaria import EnvConfig
 
@@ -218,10 +219,11 @@ def test_schedule_anneals_over_a_fixed_horizon() -> None:
 
 # --------------------------------------------------------------------------- morphogenetic envs in the loop
 def make_trainer(
-    n_envs: int = 2, max_epochs: int = 3, rng_seed: int = 0
+    n_envs: int = 2, max_epochs: int = 3, rng_seed: int = 0, reward: RewardConfig | None = None
 ) -> tuple[menvs.MorphogeneticEnvs, loop.Learner]:
     task = tiny_shapes_task()
-    config = menvs.TrainerConfig(episodes=4 * n_envs, n_envs=n_envs, rng_seed=rng_seed, hidden=16)
+    reward = reward or RewardConfig()
+    config = menvs.TrainerConfig(episodes=4 * n_envs, n_envs=n_envs, rng_seed=rng_seed, hidden=16, reward=reward)
     env_config = EnvConfig(task, torch.device("cpu"), max_epochs, ("early", "mid", "late"), max_germinations=3)
     cpu = torch.device("cpu")
     return menvs.build_trainer(config, env_config, task.load_data(None), [cpu], cpu)
@@ -293,6 +295,32 @@ def test_a_governor_panic_in_one_env_leaves_the_others_data_unchanged() -> None:
     for field in ("actions", "rewards", "terminated", "valid", "log_probs", "masks"):
         assert torch.equal(getattr(panicked.buffer, field)[:, 1], getattr(clean.buffer, field)[:, 1]), field
     assert envs.signals[1] == clean_envs.signals[1]
+
+
+def test_a_static_baseline_runs_a_round_on_one_seed_beside_its_static_twin() -> None:
+    """The envs of a round share one seed and one static twin, which never reaches the buffer;
+    each env's accuracy and baseline rewards telescope to its gain over the twin; the seeds
+    recorded are the seeds run."""
+    reward = RewardConfig(static_baseline=True)
+    envs, learner = make_trainer(n_envs=3, max_epochs=3, rng_seed=50, reward=reward)
+    seen = []
+    for env in (*envs.all_envs, envs.twin):
+        env.reset = lambda seed, ep, _reset=env.reset: (seen.append(seed), _reset(seed, ep))[1]
+    rollout, _ = collect(envs, learner)
+    assert seen == [50, 50, 50, 50] and rollout.buffer.rewards.shape[1] == 3
+    assert envs.twin not in envs.envs
+    parts = envs.reward_parts  # step-major: each step's acting envs in order
+    for i in range(3):
+        mine = parts[i::3]
+        gain = sum(p.accuracy + p.static_baseline for p in mine)
+        expected = reward.accuracy_weight * (envs.signals[i].val_accuracy - envs.twin_signals.val_accuracy)
+        assert gain == pytest.approx(expected, abs=1e-9)
+    envs, learner = make_trainer(n_envs=3, max_epochs=2, rng_seed=50, reward=reward)
+    menvs.run_round(envs, learner)
+    menvs.run_round(envs, learner)
+    assert envs.trained_rng_seeds == [50, 50, 50, 53, 53, 53]
+    row = menvs.run_round(envs, learner)
+    assert "charts/static_twin_val_accuracy" in row and "rewards/static_baseline" in row
 
 
 def test_lstm_state_starts_at_zero_every_round() -> None:

@@ -121,6 +121,29 @@ def test_a_seed_that_does_nothing_never_earns_a_positive_return(path, price, gam
         assert math.isclose(total, 0.0, abs_tol=1e-9)
 
 
+@settings(max_examples=300, deadline=None)
+@given(trajectories(), st.lists(accuracies, min_size=20, max_size=20), st.floats(0.0, 5.0), st.floats(0.01, 1.0))
+def test_with_a_static_baseline_the_return_is_the_gain_over_the_static_twin(path, twin, price, weight) -> None:
+    """The twin starts where the episode starts (same seed); whatever either does on the way, a
+    dense return with the baseline telescopes to the final objective minus the twin's accuracy."""
+    static = [path[0].val_accuracy, *twin[: len(path) - 1]]
+    reward = RewardFunction(RewardConfig(param_price=price, accuracy_weight=weight, static_baseline=True), 1.0)
+    n = len(path) - 1
+    total = sum(reward(path[t], path[t + 1], t == n - 1, False, static[t + 1] - static[t]).total for t in range(n))
+    assert math.isclose(total, weight * (objective(path[-1], price) - static[-1]), rel_tol=1e-9, abs_tol=1e-9)
+
+
+def test_the_static_gain_is_given_exactly_when_the_reward_has_a_static_baseline() -> None:
+    with pytest.raises(ValueError, match="static_gain must be given exactly when"):
+        RewardFunction(RewardConfig(static_baseline=True), 1.0)(signals(), signals(), terminal=False)
+    with pytest.raises(ValueError, match="static_gain must be given exactly when"):
+        RewardFunction(RewardConfig(), 1.0)(signals(), signals(), False, False, 0.5)
+    parts = RewardFunction(RewardConfig(static_baseline=True, accuracy_weight=0.1), 1.0)(
+        signals(), signals(val_accuracy=52.0), False, False, 1.5
+    )
+    assert parts.accuracy == pytest.approx(0.2) and parts.static_baseline == pytest.approx(-0.15)
+
+
 # A seed's life in one slot, as the stages it passes through before being culled.
 LIVE = [SeedStage.GERMINATED, SeedStage.TRAINING, SeedStage.BLENDING, SeedStage.PROBATIONARY]
 lives = st.lists(st.sampled_from(LIVE), min_size=1, max_size=12)

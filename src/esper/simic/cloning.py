@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
+from esper.leyline import Decision, LifecycleOp
 from esper.simic.loop import Learner
 from esper.simic.rewards import RewardFunction
 from esper.tamiyo import PolicySpaces, RecurrentPolicy
@@ -55,10 +56,13 @@ def demonstrate(
     rng_seed: int,
     episode: int,
 ) -> Demonstration:
-    """Run one episode of `controller` in `env`, recording what the policy would have seen."""
+    """Run one episode of `controller` in `env`, recording what the policy would have seen. Under
+    a reward with a static baseline, a static episode on the same seed (the env's own data order
+    is the seed's) runs first and is the twin the rewards subtract."""
     actions_space, thresholds = spaces.actions, env.config.thresholds
     head_active = actions_space.head_active_table()
     obs, actions, masks, active, rewards = [], [], [], [], []
+    static = static_accuracies(env, rng_seed, episode) if reward.config.static_baseline else None
     signals = env.reset(rng_seed, episode)
     controller.reset()
     done = False
@@ -75,12 +79,24 @@ def demonstrate(
         active.append(on)
         result = env.step(decision)
         controller.record_step(decision, result.changes)
-        parts = reward(signals, result.signals, terminal=result.done, panic=result.panic is not None)
+        static_gain = None if static is None else static[len(rewards) + 1] - static[len(rewards)]
+        parts = reward(signals, result.signals, result.done, result.panic is not None, static_gain)
         rewards.append(parts.total)
         signals, done = result.signals, result.done
     return Demonstration(
         torch.stack(obs), torch.stack(actions), torch.stack(masks), torch.stack(active), torch.tensor(rewards)
     )
+
+
+def static_accuracies(env: MorphogeneticEnv, rng_seed: int, episode: int) -> list[float]:
+    """The selection accuracy of the static host on `rng_seed`, after each epoch from 0 to the end."""
+    curve = [env.reset(rng_seed, episode).val_accuracy]
+    done = False
+    while not done:
+        result = env.step(Decision(LifecycleOp.WAIT))
+        curve.append(result.signals.val_accuracy)
+        done = result.done
+    return curve
 
 
 @dataclass(frozen=True)

@@ -76,6 +76,8 @@ def shaping_reward_config(reward: RewardConfig | None, gamma: float) -> RewardCo
     `reward` if its shaping gamma is the same (else a `ValueError` naming both)."""
     if reward is None:
         return RewardConfig(gamma=gamma)
+    if reward.static_baseline:
+        raise ValueError("static_baseline needs the PPO trainer's static twin, which a single Gymnasium env has not")
     if reward.gamma != gamma:
         raise ValueError(
             f"the reward's shaping gamma {reward.gamma} differs from the agent's gamma {gamma}: the shaping "

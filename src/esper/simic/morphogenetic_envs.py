@@ -6,6 +6,11 @@ executes its decision; then one shared data iteration feeds each batch to every 
 next is drawn; then every env validates (with its counterfactuals), lets its governor judge and
 ticks its lifecycles. The reward is that of (state, next state) (`esper.simic.rewards`).
 
+With the reward's `static_baseline`, a round's envs all train on one RNG seed (the first of the
+episodes they run) beside one more env, the static twin: the same host on the same seed and the
+same batches that only ever waits. Its accuracy change each epoch is the baseline every env's
+reward subtracts. The twin costs one env's training per round and is never in the buffer.
+
 Episode ends: the time limit is a true terminal. The episode is a whole host training run, the
 epoch fraction is in the observation, and nothing follows the last epoch, so the return does not
 bootstrap past it. A governor panic rolls the env back and ends its episode, also as a terminal,
@@ -78,10 +83,14 @@ class MorphogeneticEnvs:
         spaces: PolicySpaces,
         learner: Learner,
         ctx: DistContext = SINGLE_PROCESS,
+        twin: MorphogeneticEnv | None = None,
     ) -> None:
         """`learner` supplies the shared data order and the count of episodes done (which
         episodes, and so which RNG seeds, come next)."""
         self.config, self.all_envs, self.spaces, self.learner, self.ctx = config, envs, spaces, learner, ctx
+        self.twin = twin
+        if config.reward.static_baseline and twin is None:
+            raise ValueError("the reward's static_baseline needs a static twin env")
         self.reward = RewardFunction(config.reward, config.ppo.gamma)
         self.data: TaskData = envs[0].passes.data
         self.max_round_steps = envs[0].config.max_epochs
@@ -106,8 +115,11 @@ class MorphogeneticEnvs:
         first = self.learner.episodes_done + self.ctx.rank * n
         self.episodes = list(range(first, first + n))
         self.signals: list[TrainingSignals] = [
-            env.reset(self.config.rng_seed + ep, ep) for env, ep in zip(self.envs, self.episodes, strict=True)
+            env.reset(seed, ep)
+            for env, ep, seed in zip(self.envs, self.episodes, episode_seeds(self.config, first, n), strict=True)
         ]
+        if self.twin is not None:
+            self.twin_signals = self.twin.reset(episode_seeds(self.config, first, 1)[0], first)
         self.running = [True] * n
         self.returns = [0.0] * n
         self.reward_parts: list[RewardBreakdown] = []
@@ -142,10 +154,15 @@ class MorphogeneticEnvs:
         for row, i in enumerate(ids):
             self.keep_cull.record(self.signals[i], pair_probs[row])
         results = self.train_epoch(ids, decisions)
+        static_gain = None
+        if self.twin is not None:
+            twin_result = results.pop()
+            static_gain = twin_result.signals.val_accuracy - self.twin_signals.val_accuracy
+            self.twin_signals = twin_result.signals
         rewards, terminated = [], []
         for i, decision, result in zip(ids, decisions, results, strict=True):
             panic = result.panic is not None
-            parts = self.reward(self.signals[i], result.signals, terminal=result.done, panic=panic)
+            parts = self.reward(self.signals[i], result.signals, result.done, panic, static_gain)
             rewards.append(parts.total)
             terminated.append(result.done)
             self.returns[i] += parts.total
@@ -157,8 +174,12 @@ class MorphogeneticEnvs:
         return EnvStep(torch.tensor(rewards), torch.tensor(terminated), torch.zeros(len(ids), dtype=torch.bool))
 
     def train_epoch(self, ids: list[int], decisions: list[Decision]) -> list[StepResult]:
-        """Every env in `ids` executes its decision and trains one epoch on the same shared batches."""
+        """Every env in `ids` executes its decision and trains one epoch on the same shared batches;
+        so does the static twin, if any, waiting (its result comes last)."""
         envs = [self.envs[i] for i in ids]
+        if self.twin is not None:
+            envs.append(self.twin)
+            decisions = [*decisions, Decision(LifecycleOp.WAIT)]
         for env, decision in zip(envs, decisions, strict=True):
             env.begin_step(decision)
         current = envs[0]
@@ -201,6 +222,8 @@ class MorphogeneticEnvs:
                 "charts/panics": float(self.panics),
             }
         )
+        if self.twin is not None:
+            row["charts/static_twin_val_accuracy"] = self.twin_signals.val_accuracy
         for op in LifecycleOp:
             row[f"charts/op_{op.name.lower()}"] = sum(o == int(op) for o in self.ops) / max(len(self.ops), 1)
         for part in dataclasses.fields(RewardBreakdown):
@@ -227,6 +250,15 @@ def keep_cull_metrics(ctx: DistContext, local: KeepCullCounts) -> dict[str, floa
     if auc is not None:
         row["diagnostics/keep_cull_auc"] = auc
     return row
+
+
+def episode_seeds(config: TrainerConfig, first: int, n: int) -> list[int]:
+    """The RNG seeds of episodes `first .. first + n - 1`, run together in one round on one rank:
+    one each (`rng_seed + e`), or with the reward's static baseline the first one for all (so one
+    static twin serves them)."""
+    if config.reward.static_baseline:
+        return [config.rng_seed + first] * n
+    return [config.rng_seed + e for e in range(first, first + n)]
 
 
 def _fossilized(env: MorphogeneticEnv) -> int:
@@ -272,8 +304,11 @@ def build_trainer(
         MorphogeneticEnv(dataclasses.replace(panics_end, device=device), data, emit)
         for device in assign_devices(config.n_envs, devices)
     ]
+    twin = None
+    if config.reward.static_baseline:  # on the first env's device; a panic there is rolled back, not an end
+        twin = MorphogeneticEnv(dataclasses.replace(env_config, device=devices[0]), data)
     learner = make_learner(spaces, config.hidden, config.ppo.learning_rate, config.rng_seed, policy_device, ctx)
-    return MorphogeneticEnvs(config, envs, spaces, learner, ctx), learner
+    return MorphogeneticEnvs(config, envs, spaces, learner, ctx, twin), learner
 
 
 def run_round(envs: MorphogeneticEnvs, learner: Learner, on_step: Callable[[int], None] | None = None) -> dict:
@@ -281,7 +316,8 @@ def run_round(envs: MorphogeneticEnvs, learner: Learner, on_step: Callable[[int]
     return the round's metrics."""
     rollout = collect(learner, envs, envs.config.ppo, on_step)
     done = update(learner, rollout, envs.config.ppo, envs.ctx)
-    first = learner.episodes_done
-    learner.episodes_done += envs.n_envs * envs.ctx.world_size
-    envs.trained_rng_seeds.extend(envs.config.rng_seed + e for e in range(first, learner.episodes_done))
+    first, n = learner.episodes_done, envs.n_envs
+    learner.episodes_done += n * envs.ctx.world_size
+    for rank in range(envs.ctx.world_size):
+        envs.trained_rng_seeds.extend(episode_seeds(envs.config, first + rank * n, n))
     return envs.round_metrics(done)

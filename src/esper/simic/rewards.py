@@ -35,6 +35,17 @@ Two modes behind one interface (`RewardFunction`), configured by `RewardConfig`:
 
 In both modes a governor panic ends the episode with `-panic_penalty`.
 
+A paired static baseline (`static_baseline`, off by default): each step also pays
+`-accuracy_weight x` the change in selection accuracy of a *static twin*, the same host on the
+same RNG seed and the same batches with no growth. The twin's curve does not depend on any
+action, so subtracting it is a control variate: it changes neither which policy is optimal nor
+the expected policy gradient, and it takes out of the return what the seed's host initialisation
+and data order alone would have earned. With it a dense return telescopes to
+`accuracy_weight x (J_end - S_end)`, the episode's gain over the static host on its own seed
+(`S` is the twin's selection accuracy; both start equal), the paired difference `eval` reports.
+Why: a host's accuracy swings by points from seed to seed and epoch to epoch, while a good
+decision moves it by tenths, so without the pairing that noise dominates every advantage.
+
 The trainer uses gamma = 1: an episode is one finite host training run with time in the
 observation, so nothing needs discounting, and the undiscounted return is the objective itself.
 """
@@ -71,6 +82,9 @@ class RewardConfig:
     shaping_weight: float = 0.1
     """Scale of the stage potential."""
     panic_penalty: float = 5.0
+    static_baseline: bool = False
+    """Subtract a static twin's accuracy change from every step's reward (a control variate): the
+    trainer then runs each round's envs on one RNG seed beside one static twin."""
 
     def __post_init__(self) -> None:
         if self.mode not in REWARD_MODES:
@@ -89,10 +103,12 @@ class RewardBreakdown:
     panic: float = 0.0
     terminal: float = 0.0
     """The sparse mode's end-of-episode reward."""
+    static_baseline: float = 0.0
+    """Minus the static twin's accuracy change, when the config asks for it."""
 
     @property
     def total(self) -> float:
-        return self.accuracy + self.parameter_cost + self.shaping + self.panic + self.terminal
+        return self.accuracy + self.parameter_cost + self.shaping + self.panic + self.terminal + self.static_baseline
 
     def to_json(self) -> dict[str, float]:
         return asdict(self)
@@ -126,16 +142,23 @@ class RewardFunction:
         next_state: TrainingSignals,
         terminal: bool,
         panic: bool = False,
+        static_gain: float | None = None,
     ) -> RewardBreakdown:
+        """`static_gain`: the static twin's change in selection accuracy over the same epoch,
+        required exactly when the config has `static_baseline`."""
         c = self.config
+        if c.static_baseline != (static_gain is not None):
+            raise ValueError("static_gain must be given exactly when the reward has static_baseline")
         penalty = -c.panic_penalty if panic else 0.0
+        baseline = -c.accuracy_weight * static_gain if static_gain is not None else 0.0
         if c.mode == "sparse":
             end = c.accuracy_weight * objective(next_state, c.param_price) if terminal else 0.0
-            return RewardBreakdown(terminal=end, panic=penalty)
+            return RewardBreakdown(terminal=end, panic=penalty, static_baseline=baseline)
         next_potential = 0.0 if terminal else potential(next_state)
         return RewardBreakdown(
             accuracy=c.accuracy_weight * (next_state.val_accuracy - state.val_accuracy),
             parameter_cost=-c.accuracy_weight * c.param_price * (next_state.seed_param_share - state.seed_param_share),
             shaping=c.shaping_weight * (c.gamma * next_potential - potential(state)),
             panic=penalty,
+            static_baseline=baseline,
         )
