@@ -295,8 +295,9 @@ def build_trainer(
     emit=None,
 ) -> tuple[MorphogeneticEnvs, Learner]:
     """A fresh run: this rank's envs spread round-robin over `devices` (each ending its episode at
-    a governor panic), the spaces derived from the task, and a learner. Episode `e` trains with
-    RNG seed `config.rng_seed + e` on whichever rank runs it."""
+    a governor panic), the spaces derived from the task, a learner, and with the reward's static
+    baseline a static twin. Episode `e` trains with the RNG seed `episode_seeds` gives it, on
+    whichever rank runs it."""
     task = env_config.task
     spaces = PolicySpaces.derive(task.topology, task.slot_names, blueprints)
     panics_end = dataclasses.replace(env_config, end_episode_on_panic=True)
