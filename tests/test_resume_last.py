@@ -3,6 +3,7 @@ is none, and a damaged latest checkpoint set aside for the one before it."""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -42,8 +43,16 @@ def test_resume_last_on_a_finished_run_does_nothing_and_succeeds(
     assert main(same_command) == 0
     assert f"esper: {run_dir} has finished: 4 of 4 episodes; nothing to do" in capsys.readouterr().out
     assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before
+    summary = json.loads((run_dir / "summary.json").read_text())
     (run_dir / "summary.json").unlink()  # killed after its last checkpoint, before its summary
-    check_usage_error(capsys, same_command, "--episodes 4 is already reached")
+    assert main(same_command) == 0  # was exit code 2, "--episodes 4 is already reached"
+    written = json.loads((run_dir / "summary.json").read_text())
+    assert {k: written[k] for k in ("episodes", "rounds", "final_round", "checkpoint")} == {
+        k: summary[k] for k in ("episodes", "rounds", "final_round", "checkpoint")
+    }
+    assert (run_dir / "metrics.jsonl").read_bytes() == before[run_dir / "metrics.jsonl"]
+    capsys.readouterr()
+    check_usage_error(capsys, ["ppo", "--resume", summary["checkpoint"], "--episodes", "4"], "already reached")
 
 
 def test_a_run_directory_given_to_resume_means_its_latest_checkpoint(tiny_tasks, workdir: Path, tmp_path: Path) -> None:

@@ -174,8 +174,11 @@ def resolve_ppo(args: argparse.Namespace, rest: Sequence[str] = (), ctx: DistCon
     config = trainer_config(settings, knobs)
     if resume is not None:
         spaces = PolicySpaces.derive(task.topology, task.slot_names, blueprints).signature()
+        # A run directory whose last checkpoint is its last round but which has no summary (killed
+        # in between) is resumed to write it; a checkpoint file named for more episodes is not.
+        unsummarised = folder is not None and int(resume["learner"]["episodes_done"]) == settings["episodes"]
         try:
-            check_resumable(resume_path, resume, settings["episodes"], spaces)  # type: ignore[arg-type]
+            check_resumable(resume_path, resume, settings["episodes"] + unsummarised, spaces)  # type: ignore[arg-type]
         except CheckpointError as exc:
             raise UsageError(str(exc)) from None
     set_aside = tuple(path for path, _ in skipped)
@@ -417,7 +420,7 @@ def run_ppo(run: PPORun) -> dict[str, Any]:
         remaining = run.config.episodes - learner.episodes_done
         if main_rank:
             print(start_line(run, envs, learner, remaining), flush=True)
-        last_row: dict[str, float] = {}
+        last_row = last_metrics_row(run.run_dir) if run.resume is not None else {}
         total = remaining * run.env.max_epochs
         bar = tqdm(total=total, unit="step", disable=quiet, file=sys.stderr, dynamic_ncols=True)
         with bar, GracefulStop("this round is finished and checkpointed") as stop:
@@ -447,6 +450,13 @@ def run_ppo(run: PPORun) -> dict[str, Any]:
         flush=True,
     )
     return summary
+
+
+def last_metrics_row(run_dir: Path) -> dict[str, float]:
+    """The resumed checkpoint's round row (`prepare_run_dir` kept none after it): the summary's,
+    should no round be left to run."""
+    kept = read_jsonl(run_dir / "metrics.jsonl")
+    return kept[-1] if kept else {}
 
 
 def prepare_run_dir(run: PPORun) -> None:
