@@ -175,10 +175,9 @@ def resolve_ppo(args: argparse.Namespace, rest: Sequence[str] = (), ctx: DistCon
     if resume is not None:
         spaces = PolicySpaces.derive(task.topology, task.slot_names, blueprints).signature()
         # A run directory whose last checkpoint is its last round but which has no summary (killed
-        # in between) is resumed to write it; a checkpoint file named for more episodes is not.
-        unsummarised = folder is not None and int(resume["learner"]["episodes_done"]) == settings["episodes"]
+        # in between; `check_not_finished` passed) is resumed to write it; a checkpoint file is not.
         try:
-            check_resumable(resume_path, resume, settings["episodes"] + unsummarised, spaces)  # type: ignore[arg-type]
+            check_resumable(resume_path, resume, settings["episodes"], spaces, finished_ok=folder is not None)  # type: ignore[arg-type]
         except CheckpointError as exc:
             raise UsageError(str(exc)) from None
     set_aside = tuple(path for path, _ in skipped)

@@ -123,10 +123,13 @@ def latest_checkpoint(run_dir: Path) -> tuple[Path | None, list[tuple[Path, str]
     return None, skipped
 
 
-def check_resumable(path: Path, payload: dict[str, Any], episodes: int, spaces: dict[str, Any]) -> None:
-    """The run has episodes left to go, and the policy fits the spaces this run builds."""
+def check_resumable(
+    path: Path, payload: dict[str, Any], episodes: int, spaces: dict[str, Any], finished_ok: bool = False
+) -> None:
+    """The run has episodes left to go (or none, if `finished_ok`: a run resumed only to write its
+    summary), and the policy fits the spaces this run builds."""
     done = int(payload["learner"]["episodes_done"])
-    if episodes <= done:
+    if episodes < done or (episodes == done and not finished_ok):
         raise CheckpointError(f"--episodes {episodes} is already reached: the checkpoint has {done} episodes done")
     check_compatible(path, payload["spaces"], spaces)
 

@@ -114,12 +114,12 @@ class MorphogeneticEnvs:
         self.envs = self.all_envs[:n]
         first = self.learner.episodes_done + self.ctx.rank * n
         self.episodes = list(range(first, first + n))
+        seeds = episode_seeds(self.config, first, n)
         self.signals: list[TrainingSignals] = [
-            env.reset(seed, ep)
-            for env, ep, seed in zip(self.envs, self.episodes, episode_seeds(self.config, first, n), strict=True)
+            env.reset(seed, ep) for env, ep, seed in zip(self.envs, self.episodes, seeds, strict=True)
         ]
-        if self.twin is not None:
-            self.twin_signals = self.twin.reset(episode_seeds(self.config, first, 1)[0], first)
+        if self.twin is not None:  # every env of the round has its seed
+            self.twin_signals = self.twin.reset(seeds[0], first)
         self.running = [True] * n
         self.returns = [0.0] * n
         self.reward_parts: list[RewardBreakdown] = []
