@@ -53,6 +53,10 @@ def test_resume_last_on_a_finished_run_does_nothing_and_succeeds(
     assert (run_dir / "metrics.jsonl").read_bytes() == before[run_dir / "metrics.jsonl"]
     capsys.readouterr()
     check_usage_error(capsys, ["ppo", "--resume", summary["checkpoint"], "--episodes", "4"], "already reached")
+    (run_dir / "summary.json").unlink()
+    (run_dir / "metrics.jsonl").unlink()  # was a KeyError's traceback
+    check_usage_error(capsys, same_command, "has no rows: the summary of the run is written from them")
+    assert not (run_dir / "summary.json").exists()
 
 
 def test_a_run_directory_given_to_resume_means_its_latest_checkpoint(tiny_tasks, workdir: Path, tmp_path: Path) -> None:

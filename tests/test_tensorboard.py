@@ -79,3 +79,44 @@ def test_a_ppo_run_writes_cleanrl_scalars_reward_parts_and_op_mix(tiny_shapes, w
     assert all(
         json.loads(line)["kind"] != "round_metrics" for line in (run_dir / "events.jsonl").read_text().splitlines()
     )
+
+
+def steps_per_tag(board: EventAccumulator) -> dict[str, list[int]]:
+    return {tag: [e.step for e in board.Scalars(tag)] for tag in board.Tags()["scalars"]}
+
+
+def event_keys(run_dir: Path) -> list[tuple]:
+    lines = (run_dir / "events.jsonl").read_text().splitlines()
+    return [(e["kind"], e["episode"], e["epoch"]) for e in map(json.loads, lines)]
+
+
+def test_a_ppo_run_killed_mid_round_resumes_without_writing_any_point_twice(tiny_shapes, workdir, tmp_path) -> None:
+    """The killed round's episodes were in `events.jsonl` and TensorBoard twice, once from the
+    interrupted try and once from the rerun (the warm start's episodes, numbered as the rounds'
+    later ones, must survive the cut)."""
+    whole, killed = tmp_path / "whole", tmp_path / "killed"
+    argv = ["ppo", "--episodes", "6", "--n-envs", "2", "--max-epochs", "2", "--quiet"]
+    argv += ["--clone-episodes", "1", "--clone-steps", "5"]
+    assert main([*argv, "--run-dir", str(whole)]) == 0
+    assert main([*argv, "--run-dir", str(killed)]) == 0
+    # A kill in round 3 after its episodes and row were written, before its checkpoint and summary:
+    (killed / "checkpoints" / "round-0003.pt").unlink()
+    (killed / "summary.json").unlink()
+    assert main([*argv, "--resume", "last", "--run-dir", str(killed)]) == 0
+    assert event_keys(killed) == event_keys(whole)
+    assert ("epoch", 6, 1) in event_keys(killed), "the warm start's episode is kept"
+    assert steps_per_tag(read_board(killed)) == steps_per_tag(read_board(whole))
+
+
+def test_a_heuristic_run_killed_mid_episode_resumes_without_writing_any_point_twice(
+    tiny_shapes, workdir, tmp_path
+) -> None:
+    whole, killed = tmp_path / "whole", tmp_path / "killed"
+    argv = ["heuristic", "--episodes", "3", "--max-epochs", "4", "--quiet"]
+    assert main([*argv, "--run-dir", str(whole)]) == 0
+    assert main([*argv, "--run-dir", str(killed)]) == 0
+    for path in (killed / "episodes" / "episode-0002.json", killed / "summary.json"):
+        path.unlink()  # a kill at the end of episode 2, before its record
+    assert main([*argv, "--resume", "last", "--run-dir", str(killed)]) == 0
+    assert event_keys(killed) == event_keys(whole)
+    assert steps_per_tag(read_board(killed)) == steps_per_tag(read_board(whole))

@@ -27,6 +27,13 @@ class Event:
     def to_json(self) -> dict[str, Any]:
         return {"kind": self.kind, "episode": self.episode, "epoch": self.epoch, "time": self.time, **self.data}
 
+    @classmethod
+    def from_json(cls, record: dict[str, Any]) -> Event:
+        """An `events.jsonl` line read back (the inverse of `to_json`), to replay it to a backend."""
+        data = dict(record)
+        kind, episode, epoch, when = data.pop("kind"), data.pop("episode"), data.pop("epoch"), data.pop("time")
+        return cls(kind, episode, epoch, data, when)
+
 
 ROUND_METRICS = "round_metrics"
 """The kind of a PPO round's metrics row (its data is the row, under CleanRL's names)."""

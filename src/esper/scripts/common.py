@@ -6,16 +6,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
 import torch
 
+from esper.karn.rundir import read_jsonl
 from esper.kasmina.blueprints import get_blueprint
 from esper.leyline import parse_slots
 from esper.nissa import ConsoleBackend, JsonlBackend, TelemetryHub
-from esper.nissa.telemetry import Backend
+from esper.nissa.telemetry import ROUND_METRICS, Backend, Event
 from esper.nissa.tensorboard import TensorBoardBackend
 from esper.nissa.wandb import INSTALL_HINT, WandbBackend, wandb_available
 from esper.tolaria import DatasetError, DeviceError, TaskSpec, get_task, resolve_device
@@ -145,16 +147,31 @@ def run_telemetry(
 ) -> TelemetryHub:
     """The hub of a run directory: `events.jsonl`, `metrics.jsonl` for PPO rounds (`rounds`),
     TensorBoard in `tensorboard/`, W&B when a project is given (`--track`), and the console's
-    progress lines unless quiet (through `write_line` when a progress bar is drawn)."""
+    progress lines unless quiet (through `write_line` when a progress bar is drawn).
+
+    `tensorboard/` is derived from the two files of record: it is rebuilt from them here, so a
+    resumed run, whose files kept nothing after its checkpoint, shows no point twice."""
     backends: list[Backend] = [JsonlBackend(run_dir / "events.jsonl")]
     if rounds:
         backends.append(JsonlBackend(run_dir / "metrics.jsonl", rows_only=True))
-    backends.append(TensorBoardBackend(run_dir / "tensorboard", config))
+    backends.append(rebuilt_tensorboard(run_dir, config))
     if wandb_project is not None:
         backends.append(WandbBackend(run_dir, config, wandb_project))
     if console:
         backends.append(ConsoleBackend(write_line=write_line))
     return TelemetryHub(backends)
+
+
+def rebuilt_tensorboard(run_dir: Path, config: dict[str, Any]) -> TensorBoardBackend:
+    """A TensorBoard backend on an emptied `run_dir/tensorboard`, that has replayed what
+    `events.jsonl` and `metrics.jsonl` hold (nothing, for a new run)."""
+    shutil.rmtree(run_dir / "tensorboard", ignore_errors=True)
+    board = TensorBoardBackend(run_dir / "tensorboard", config)
+    for record in read_jsonl(run_dir / "events.jsonl"):
+        board.write(Event.from_json(record))
+    for row in read_jsonl(run_dir / "metrics.jsonl"):
+        board.write(Event(ROUND_METRICS, int(row["episodes"]), int(row["round"]), row))
+    return board
 
 
 def check_same_run(run_dir: Path, config: dict[str, Any], free: frozenset[str]) -> bool:

@@ -186,6 +186,8 @@ def resolve_ppo(args: argparse.Namespace, rest: Sequence[str] = (), ctx: DistCon
         run_dir = folder
         if resume is not None:
             check_no_later_checkpoints(run_dir, resume, resume_path, set_aside)  # type: ignore[arg-type]
+            if int(resume["learner"]["episodes_done"]) == settings["episodes"]:
+                last_metrics_row(run_dir)  # the summary still to write is made from it
     else:
         run_dir = resolve_run_dir(args.run_dir, task, resume, resume_path)
     data = load_task_data(task, settings["data_dir"])
@@ -419,7 +421,7 @@ def run_ppo(run: PPORun) -> dict[str, Any]:
         remaining = run.config.episodes - learner.episodes_done
         if main_rank:
             print(start_line(run, envs, learner, remaining), flush=True)
-        last_row = last_metrics_row(run.run_dir) if run.resume is not None else {}
+        last_row = last_metrics_row(run.run_dir) if remaining == 0 else {}
         total = remaining * run.env.max_epochs
         bar = tqdm(total=total, unit="step", disable=quiet, file=sys.stderr, dynamic_ncols=True)
         with bar, GracefulStop("this round is finished and checkpointed") as stop:
@@ -455,7 +457,9 @@ def last_metrics_row(run_dir: Path) -> dict[str, float]:
     """The resumed checkpoint's round row (`prepare_run_dir` kept none after it): the summary's,
     should no round be left to run."""
     kept = read_jsonl(run_dir / "metrics.jsonl")
-    return kept[-1] if kept else {}
+    if not kept:
+        raise UsageError(f"{str(run_dir / 'metrics.jsonl')!r} has no rows: the summary of the run is written from them")
+    return kept[-1]
 
 
 def prepare_run_dir(run: PPORun) -> None:
@@ -472,6 +476,16 @@ def prepare_run_dir(run: PPORun) -> None:
         metrics_path = run.run_dir / "metrics.jsonl"
         kept = metrics_rows_before(metrics_path, int(run.resume["learner"]["round"]))
         metrics_path.write_text("".join(line + "\n" for line in kept))
+        keep_events_of_checkpoint(run.run_dir / "events.jsonl", run.resume.get("events_bytes"))
+
+
+def keep_events_of_checkpoint(path: Path, size: int | None) -> None:
+    """Cut `events.jsonl` back to what it held when the checkpoint was saved: the episodes of a
+    round that a kill interrupted are run again, and written again. (The rounds' episode numbers
+    cannot say which lines to keep: a run extended with `--episodes` reuses the warm start's.) A
+    checkpoint from before Esper recorded the size keeps the file whole."""
+    if size is not None and path.exists() and path.stat().st_size > size:
+        os.truncate(path, size)
 
 
 def record_round(
@@ -508,6 +522,8 @@ def record_round(
     hub.emit(Event(ROUND_METRICS, learner.episodes_done, learner.round, row))
     hub.flush()
     if payload is not None:
+        events = run.run_dir / "events.jsonl"
+        payload["events_bytes"] = events.stat().st_size if events.exists() else 0  # what a resume keeps
         save_checkpoint(checkpoint_path(run.run_dir, learner.round), payload)
     if final:
         save_grown_networks(run.run_dir / "grown", envs, learner.round)
