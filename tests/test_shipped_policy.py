@@ -1,0 +1,46 @@
+"""The policy shipped for `shapes` (`policy:shapes`): small, loadable with `weights_only=True`, a
+controller for the real task, refused on the seeds it trained on, and recorded with the command
+that trained it."""
+
+from __future__ import annotations
+
+import json
+
+import torch
+
+from esper.scripts.evaluate import parse_controller
+from esper.scripts.train import main
+from esper.simic import PolicyController
+from esper.tamiyo import trained_policy_names, trained_policy_path, trained_policy_record
+from test_cli import check_usage_error
+
+
+def test_the_shapes_policy_ships_small_and_loads_with_weights_only() -> None:
+    assert "shapes" in trained_policy_names()
+    path = trained_policy_path("shapes")
+    assert path is not None and path.stat().st_size < 2_000_000
+    payload = torch.load(path, map_location="cpu", weights_only=True)
+    assert "optimizer" not in payload["learner"], "acting reads no optimizer state"
+    controller = PolicyController.from_checkpoint(path)
+    assert controller.task_name == "shapes"
+    record = trained_policy_record("shapes")
+    assert record["command"].startswith("esper ppo ") and record["task"] == "shapes"
+    assert sorted(record["training_seeds"]) == sorted(int(s) for s in payload["training_seeds"])
+    assert parse_controller("policy:shapes").path == str(path)
+
+
+def test_eval_refuses_the_shapes_policy_on_a_seed_it_trained_on(capsys) -> None:
+    seed = min(trained_policy_record("shapes")["training_seeds"])
+    argv = ["eval", "--task", "shapes", "--controllers", "heuristic", "policy:shapes", "--seeds", f"{seed}:{seed + 2}"]
+    check_usage_error(capsys, argv, f"policy:shapes was trained on seed {seed}")
+
+
+def test_grow_runs_the_shapes_policy_on_the_real_task(workdir, tmp_path) -> None:
+    """`esper grow --controller policy:shapes`: the learned controller's one-command equivalent of
+    `esper heuristic`, on the task it was trained for (two epochs, to stay fast)."""
+    run_dir = tmp_path / "grown"
+    assert (
+        main(["grow", "--controller", "policy:shapes", "--max-epochs", "2", "--quiet", "--run-dir", str(run_dir)]) == 0
+    )
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["controller"] == "policy:shapes" and summary["task"] == "shapes"
