@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from pathlib import Path
 
 import pytest
@@ -74,6 +75,32 @@ def test_resume_continues_exactly(tiny_tasks, workdir: Path, tmp_path: Path) -> 
     final_a = torch.load(whole / "checkpoints" / "round-0004.pt", weights_only=True)["learner"]["policy"]
     final_b = torch.load(split / "checkpoints" / "round-0004.pt", weights_only=True)["learner"]["policy"]
     assert all(torch.equal(final_a[k], final_b[k]) for k in final_a)
+
+
+def test_resuming_a_copied_run_by_its_checkpoint_file_continues_in_the_copy(
+    tiny_tasks, workdir: Path, tmp_path: Path
+) -> None:
+    """The checkpoint records where it was first written; a copy resumed by file must not write there."""
+    original, copy = tmp_path / "original", tmp_path / "copy"
+    assert main(["ppo", "--episodes", "2", *TINY, "--run-dir", str(original)]) == 0
+    shutil.copytree(original, copy)
+    before = tree(original)
+    assert main(["ppo", "--resume", str(copy / "checkpoints" / "round-0001.pt"), "--episodes", "4", "--quiet"]) == 0
+    assert tree(original) == before
+    assert [r["round"] for r in rows(copy)] == [1, 2]
+    resumed = torch.load(copy / "checkpoints" / "round-0002.pt", weights_only=True)
+    assert Path(resumed["run_dir"]).resolve() == copy.resolve()
+
+
+def test_a_checkpoint_kept_outside_a_run_directory_resumes_in_its_recorded_one(
+    tiny_tasks, workdir: Path, tmp_path: Path
+) -> None:
+    run_dir = tmp_path / "run"
+    assert main(["ppo", "--episodes", "2", *TINY, "--run-dir", str(run_dir)]) == 0
+    kept = tmp_path / "kept.pt"
+    shutil.copyfile(run_dir / "checkpoints" / "round-0001.pt", kept)
+    assert main(["ppo", "--resume", str(kept), "--episodes", "4", "--quiet"]) == 0
+    assert [r["round"] for r in rows(run_dir)] == [1, 2]
 
 
 def test_resume_from_an_older_round_refuses_to_overwrite_later_checkpoints(

@@ -321,14 +321,25 @@ def resolve_amp(amp: str | None, devices: list[torch.device]) -> str | None:
 def resolve_run_dir(flag: str | None, task: TaskSpec, resume: dict | None, resume_path: Path | None) -> Path:
     """A new run needs a new directory. A resumed run continues in its own by default, as long
     as no checkpoint of a later round would be overwritten."""
+    own = None if resume is None else run_dir_of_checkpoint(resume_path, resume)  # type: ignore[arg-type]
     if resume is None or flag is not None:
         run_dir = Path(flag) if flag else Path("runs") / f"{time.strftime('%Y%m%d-%H%M%S')}-ppo-{task.name}"
-        if resume is None or run_dir.resolve() != Path(resume["run_dir"]).resolve():
+        if own is None or run_dir.resolve() != own.resolve():
             check_run_dir(run_dir, RUN_FILES)
             return run_dir
-    run_dir = Path(resume["run_dir"])
+    run_dir = own  # type: ignore[assignment]
     check_no_later_checkpoints(run_dir, resume, resume_path)  # type: ignore[arg-type]
     return run_dir
+
+
+def run_dir_of_checkpoint(resume_path: Path, resume: dict) -> Path:
+    """The run directory a checkpoint file belongs to: the one holding it (`R/checkpoints/`), so
+    that resuming a copied or moved run continues in the copy, never in the folder it was first
+    written to; the recorded `run_dir` only for a checkpoint kept outside any run directory."""
+    holder = resume_path.parent.parent
+    if resume_path.parent.name == "checkpoints" and (holder / "config.json").is_file():
+        return holder
+    return Path(resume["run_dir"])
 
 
 def check_no_later_checkpoints(
