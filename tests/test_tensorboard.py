@@ -11,6 +11,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 sys.path.insert(0, str(Path(__file__).parent))
 from conftest import tiny_shapes_task
+from esper.scripts.common import rebuilt_tensorboard
 from esper.scripts.train import main
 from esper.tolaria import TASKS
 
@@ -120,3 +121,20 @@ def test_a_heuristic_run_killed_mid_episode_resumes_without_writing_any_point_tw
     assert main([*argv, "--resume", "last", "--run-dir", str(killed)]) == 0
     assert event_keys(killed) == event_keys(whole)
     assert steps_per_tag(read_board(killed)) == steps_per_tag(read_board(whole))
+
+
+def test_a_board_rebuilt_at_a_resume_keeps_the_run_s_wall_clock(tiny_shapes, workdir, tmp_path) -> None:
+    """Each point carries its event's time, and a round's row the time its episodes had ended, so
+    TensorBoard's wall-clock axis survives the rebuild instead of collapsing onto the resume."""
+    run_dir = tmp_path / "run"
+    argv = ["ppo", "--episodes", "4", "--n-envs", "2", "--max-epochs", "2", "--quiet", "--run-dir", str(run_dir)]
+    assert main(argv) == 0
+    rebuilt_tensorboard(run_dir, json.loads((run_dir / "config.json").read_text())).close()
+    board = read_board(run_dir)
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    epochs = [e["time"] for e in events if e["kind"] == "epoch" and e["episode"] == 0]
+    curve = board.Scalars("episode_0000/host/val_accuracy")
+    assert [p.wall_time for p in curve] == pytest.approx(epochs, abs=1e-3, rel=0)
+    rounds = board.Scalars("charts/episodic_return")
+    ends = [max(e["time"] for e in events if e["episode"] < episodes) for episodes in (2, 4)]
+    assert [p.wall_time for p in rounds] == pytest.approx(ends, abs=1e-3, rel=0)

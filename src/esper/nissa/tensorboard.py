@@ -64,37 +64,39 @@ class TensorBoardBackend:
             file_writer.add_summary(summary)
 
     def write(self, event: Event) -> None:
-        d = event.data
+        """Every point carries the event's own time, so a board rebuilt from the files of record
+        (at a resume) keeps the run's wall-clock axis instead of stamping it all with the rebuild."""
+        d, when = event.data, event.time
         if event.kind == ROUND_METRICS:
             step = int(d["global_step"])
             for name, value in d.items():
                 if "/" in name:
-                    self._writer.add_scalar(name, value, step)
+                    self._writer.add_scalar(name, value, step, walltime=when)
         elif event.kind == "epoch":
             self._epoch(event)
         elif event.kind == EVAL_RESULT:
             for name in ("test_accuracy", "val_accuracy", "seed_params"):
-                self._writer.add_scalar(f"eval/{d['controller']}/{name}", d[name], event.episode)
+                self._writer.add_scalar(f"eval/{d['controller']}/{name}", d[name], event.episode, walltime=when)
         elif event.kind == "episode_end":
             for name in ("final_test_accuracy", "final_val_accuracy", "seed_params"):
-                self._writer.add_scalar(f"host/{name}", d[name], event.episode)
+                self._writer.add_scalar(f"host/{name}", d[name], event.episode, walltime=when)
         elif event.kind == "stage_change":
             text = f"epoch {event.epoch}: {d['slot']} {d['seed_id']} {d['source']} -> {d['target']} ({d['reason']})"
-            self._writer.add_text(f"lifecycle/episode_{event.episode:04d}", text, event.epoch)
+            self._writer.add_text(f"lifecycle/episode_{event.episode:04d}", text, event.epoch, walltime=when)
         elif event.kind == "governor_rollback":
             text = f"epoch {event.epoch}: governor rollback ({d['reason']})"
-            self._writer.add_text(f"lifecycle/episode_{event.episode:04d}", text, event.epoch)
+            self._writer.add_text(f"lifecycle/episode_{event.episode:04d}", text, event.epoch, walltime=when)
 
     def _epoch(self, event: Event) -> None:
-        d, where, step = event.data, f"episode_{event.episode:04d}", event.epoch
+        d, where, step, when = event.data, f"episode_{event.episode:04d}", event.epoch, event.time
         for name in ("train_accuracy", "val_accuracy", "train_loss", "val_loss"):
-            self._writer.add_scalar(f"{where}/host/{name}", d[name], step)
+            self._writer.add_scalar(f"{where}/host/{name}", d[name], step, walltime=when)
         for slot in d["slots"]:
             prefix = f"{where}/slot_{slot['slot']}"
-            self._writer.add_scalar(f"{prefix}/alpha", slot["alpha"], step)
-            self._writer.add_scalar(f"{prefix}/stage", int(SeedStage[slot["stage"]]), step)
+            self._writer.add_scalar(f"{prefix}/alpha", slot["alpha"], step, walltime=when)
+            self._writer.add_scalar(f"{prefix}/stage", int(SeedStage[slot["stage"]]), step, walltime=when)
             if slot["contribution"] is not None:
-                self._writer.add_scalar(f"{prefix}/contribution", slot["contribution"], step)
+                self._writer.add_scalar(f"{prefix}/contribution", slot["contribution"], step, walltime=when)
 
     def close(self) -> None:
         self._writer.close()

@@ -4,6 +4,7 @@ their telemetry."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shutil
@@ -167,10 +168,17 @@ def rebuilt_tensorboard(run_dir: Path, config: dict[str, Any]) -> TensorBoardBac
     `events.jsonl` and `metrics.jsonl` hold (nothing, for a new run)."""
     shutil.rmtree(run_dir / "tensorboard", ignore_errors=True)
     board = TensorBoardBackend(run_dir / "tensorboard", config)
+    last_time: dict[int, float] = {}  # episode -> when its last event happened
     for record in read_jsonl(run_dir / "events.jsonl"):
-        board.write(Event.from_json(record))
+        event = Event.from_json(record)
+        board.write(event)
+        last_time[event.episode] = max(event.time, last_time.get(event.episode, event.time))
     for row in read_jsonl(run_dir / "metrics.jsonl"):
-        board.write(Event(ROUND_METRICS, int(row["episodes"]), int(row["round"]), row))
+        episodes = int(row["episodes"])
+        # A row records no time of its own; it was written when its round's episodes had ended.
+        ended = [when for episode, when in last_time.items() if episode < episodes]
+        replayed = Event(ROUND_METRICS, episodes, int(row["round"]), row)
+        board.write(dataclasses.replace(replayed, time=max(ended)) if ended else replayed)
     return board
 
 
