@@ -4,7 +4,6 @@ their telemetry."""
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import shutil
@@ -177,8 +176,8 @@ def rebuilt_tensorboard(run_dir: Path, config: dict[str, Any]) -> TensorBoardBac
         episodes = int(row["episodes"])
         # A row records no time of its own; it was written when its round's episodes had ended.
         ended = [when for episode, when in last_time.items() if episode < episodes]
-        replayed = Event(ROUND_METRICS, episodes, int(row["round"]), row)
-        board.write(dataclasses.replace(replayed, time=max(ended)) if ended else replayed)
+        when = {"time": max(ended)} if ended else {}
+        board.write(Event(ROUND_METRICS, episodes, int(row["round"]), row, **when))
     return board
 
 

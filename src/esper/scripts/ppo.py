@@ -321,14 +321,16 @@ def resolve_amp(amp: str | None, devices: list[torch.device]) -> str | None:
 def resolve_run_dir(flag: str | None, task: TaskSpec, resume: dict | None, resume_path: Path | None) -> Path:
     """A new run needs a new directory. A resumed run continues in its own by default, as long
     as no checkpoint of a later round would be overwritten."""
-    own = None if resume is None else run_dir_of_checkpoint(resume_path, resume)  # type: ignore[arg-type]
-    if resume is None or flag is not None:
+    if resume is None or resume_path is None:
         run_dir = Path(flag) if flag else Path("runs") / f"{time.strftime('%Y%m%d-%H%M%S')}-ppo-{task.name}"
-        if own is None or run_dir.resolve() != own.resolve():
-            check_run_dir(run_dir, RUN_FILES)
-            return run_dir
-    run_dir = own  # type: ignore[assignment]
-    check_no_later_checkpoints(run_dir, resume, resume_path)  # type: ignore[arg-type]
+        check_run_dir(run_dir, RUN_FILES)
+        return run_dir
+    own = run_dir_of_checkpoint(resume_path, resume)
+    run_dir = Path(flag) if flag else own
+    if run_dir.resolve() == own.resolve():
+        check_no_later_checkpoints(run_dir, resume, resume_path)
+    else:
+        check_run_dir(run_dir, RUN_FILES)
     return run_dir
 
 
