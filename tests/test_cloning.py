@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -9,6 +11,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import esper.scripts.ppo as ppo_script
 from conftest import make_env, tiny_shapes_task
 from esper.kasmina import Topology
 from esper.leyline import BlendSchedule, Decision, LifecycleOp
@@ -16,7 +19,7 @@ from esper.scripts.train import main
 from esper.simic.cloning import clone, demonstrate
 from esper.simic.loop import make_learner
 from esper.simic.rewards import RewardConfig, RewardFunction
-from esper.tamiyo import HeuristicConfig, HeuristicController, PolicySpaces
+from esper.tamiyo import HeuristicConfig, HeuristicController, PolicySpaces, tuned_heuristic
 from esper.tolaria import TASKS
 from test_cli import check_usage_error, plateau_task
 
@@ -108,7 +111,7 @@ def test_a_static_demonstration_under_a_static_baseline_earns_exactly_nothing() 
 def test_ppo_warm_starts_from_the_heuristic_and_records_its_seeds(tiny_shapes, workdir: Path, capsys) -> None:
     argv = ["ppo", "--episodes", "2", "--n-envs", "2", "--max-epochs", "3", "--seed", "5", "--clone-episodes", "2"]
     assert main([*argv, "--clone-steps", "20", "--run-dir", "run"]) == 0
-    assert "warm start: cloned 2 tuned-heuristic episodes (seeds 7..8)" in capsys.readouterr().out
+    assert "warm start: cloned 2 heuristic episodes (seeds 7..8)" in capsys.readouterr().out
     checkpoint = sorted(Path("run/checkpoints").glob("round-*.pt"))[-1]
     assert torch.load(checkpoint, weights_only=True)["training_seeds"] == [7, 8, 5, 6]
 
@@ -144,3 +147,23 @@ def test_ppo_clones_the_heuristic_within_its_blueprints(workdir: Path, capsys, m
     assert main([*argv, "--clone-steps", "5", "--blueprints", "depthwise", "--run-dir", "run"]) == 0
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("warm start: cloned"))
     assert "inf" not in line, line
+
+
+def test_the_warm_start_clones_the_heuristic_of_the_run_s_knobs(workdir: Path, capsys, monkeypatch) -> None:
+    """`--heuristic.KNOB` changes the teacher of the warm start, over the task's tuned heuristic
+    (the knobs it does not name stay tuned), and the run records the teacher it cloned."""
+    monkeypatch.setitem(TASKS, "shapes", plateau_task(tiny_shapes_task()))
+    teachers: list[HeuristicConfig] = []
+
+    def recording(env, controller, *args, **kwargs):
+        teachers.append(controller.config)
+        return demonstrate(env, controller, *args, **kwargs)
+
+    monkeypatch.setattr(ppo_script, "demonstrate", recording)
+    argv = ["ppo", "--episodes", "1", "--n-envs", "1", "--max-epochs", "4", "--clone-episodes", "1"]
+    assert main([*argv, "--clone-steps", "2", "--heuristic.cull_threshold", "0.25", "--run-dir", "run"]) == 0
+    tuned = tuned_heuristic("shapes")
+    assert teachers == [replace(tuned, cull_threshold=0.25)]
+    recorded = json.loads(Path("run/config.json").read_text())["knobs"]["heuristic"]
+    assert recorded["cull_threshold"] == 0.25
+    assert recorded["fossilize_threshold"] == tuned.fossilize_threshold

@@ -75,8 +75,10 @@ PPO_GROUPS: dict[str, Group] = {
     "gates": GateThresholds,
     "governor": GovernorConfig,
     "host": HostTraining,
+    "heuristic": HeuristicConfig,
 }
-"""The knobs of `esper ppo` (the trainer's gamma is 1: see `esper.simic.rewards`)."""
+"""The knobs of `esper ppo` (the trainer's gamma is 1: see `esper.simic.rewards`). `heuristic` is
+the teacher of the warm start (`--clone-episodes`): the task's tuned heuristic unless changed."""
 
 HEURISTIC_GROUPS: dict[str, Group] = {
     "heuristic": HeuristicConfig,

@@ -45,6 +45,7 @@ from esper.scripts.config import (
     config_file,
     jsonable,
     merge_settings,
+    over_tuned_heuristic,
     parse_knobs,
     resolved_config,
 )
@@ -64,7 +65,7 @@ from esper.simic.cloning import clone, demonstrate
 from esper.simic.distributed import SINGLE_PROCESS, DistContext, init_distributed
 from esper.simic.loop import Learner
 from esper.simic.morphogenetic_envs import MorphogeneticEnvs, TrainerConfig, build_trainer, run_round
-from esper.tamiyo import HeuristicController, PolicySpaces, tuned_heuristic
+from esper.tamiyo import HeuristicController, PolicySpaces
 from esper.tolaria import DEFAULT_TASK, EnvConfig, TaskSpec
 from esper.tolaria.datasets import TaskData
 from esper.tolaria.training import PRECISIONS
@@ -124,7 +125,8 @@ def add_ppo_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--clone-episodes",
         type=int,
-        help="warm start: before PPO, clone the task's tuned heuristic from this many of its episodes (default 0)",
+        help="warm start: before PPO, clone the heuristic (the task's tuned one; --heuristic.KNOB changes it) from "
+        "this many of its episodes (default 0)",
     )
     p.add_argument("--clone-steps", type=int, help="full-batch Adam steps of the cloning (default 300)")
     p.add_argument("--clone-lr", type=float, help="learning rate of the cloning (default 1e-3)")
@@ -216,7 +218,8 @@ def resolve_settings_and_knobs(
     file_settings, file_knobs = config_file(args, DEFAULTS, PPO_GROUPS)
     settings = merge_settings(DEFAULTS, resume["settings"] if resume else {}, file_settings, args=args)
     saved = resume["knobs"] if resume else {}
-    knobs = parse_knobs(PPO_GROUPS, rest, {g: {**saved.get(g, {}), **file_knobs.get(g, {})} for g in PPO_GROUPS})
+    layered = {g: {**saved.get(g, {}), **file_knobs.get(g, {})} for g in PPO_GROUPS}
+    knobs = parse_knobs(PPO_GROUPS, rest, over_tuned_heuristic(resolve_task(settings["task"]).name, layered))
     return settings, knobs
 
 
@@ -371,15 +374,15 @@ def build(run: PPORun, emit) -> tuple[MorphogeneticEnvs, Learner]:
 
 
 def warm_start(run: PPORun, envs: MorphogeneticEnvs, learner: Learner, quiet: bool) -> None:
-    """Clone the task's tuned heuristic (`esper.simic.cloning`) from its episodes on the seeds
-    after the run's own (recorded as training seeds). Every rank clones the same episodes, so
+    """Clone the heuristic of the run's knobs (the task's tuned one unless `--heuristic.KNOB`
+    says otherwise; `esper.simic.cloning`) from its episodes on the seeds after the run's own (recorded as training seeds). Every rank clones the same episodes, so
     the ranks' policies stay equal with no communication."""
     n, first = run.settings["clone_episodes"], run.config.rng_seed + run.config.episodes
     heuristic = HeuristicController(
         run.task.topology,
         run.env.enabled_slots,
         envs.spaces.actions.allowed_blueprints,
-        tuned_heuristic(run.task.name),
+        run.knobs["heuristic"],
         run.env.thresholds,
     )
     demos = []
@@ -393,7 +396,7 @@ def warm_start(run: PPORun, envs: MorphogeneticEnvs, learner: Learner, quiet: bo
     envs.trained_rng_seeds.extend(range(first, first + n))
     if not quiet:
         print(
-            f"warm start: cloned {n} tuned-heuristic episodes (seeds {first}..{first + n - 1}): greedy agreement "
+            f"warm start: cloned {n} heuristic episodes (seeds {first}..{first + n - 1}): greedy agreement "
             f"{before.agreement:.2f} -> {after.agreement:.2f}, action NLL {before.action_nll:.3f} -> "
             f"{after.action_nll:.3f}",
             flush=True,
