@@ -375,8 +375,9 @@ def build(run: PPORun, emit) -> tuple[MorphogeneticEnvs, Learner]:
 
 def warm_start(run: PPORun, envs: MorphogeneticEnvs, learner: Learner, quiet: bool) -> None:
     """Clone the heuristic of the run's knobs (the task's tuned one unless `--heuristic.KNOB`
-    says otherwise; `esper.simic.cloning`) from its episodes on the seeds after the run's own (recorded as training seeds). Every rank clones the same episodes, so
-    the ranks' policies stay equal with no communication."""
+    says otherwise; `esper.simic.cloning`) from its episodes on the seeds after the run's own
+    (recorded as training seeds). Every rank clones the same episodes, so the ranks' policies
+    stay equal with no communication."""
     n, first = run.settings["clone_episodes"], run.config.rng_seed + run.config.episodes
     heuristic = HeuristicController(
         run.task.topology,

@@ -1,0 +1,57 @@
+"""`benchmarks/pool_evals.py`: one paired estimate over several eval runs on disjoint seeds."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).parents[1] / "benchmarks" / "pool_evals.py"
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location("pool_evals", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def eval_file(path: Path, seeds: list[int], controllers: dict[str, tuple[list[float], list[int]]]) -> str:
+    path.write_text(
+        json.dumps(
+            {
+                "seeds": seeds,
+                "controllers": {
+                    name: {"test_accuracy": accuracy, "seed_params": params}
+                    for name, (accuracy, params) in controllers.items()
+                },
+            }
+        )
+    )
+    return str(path)
+
+
+def test_pooling_pairs_seed_by_seed_across_files_and_names(tmp_path: Path) -> None:
+    pool = load_script().pool
+    runs = {"policy:/x.pt": ([70.0, 60.0], [10, 10]), "heuristic": ([69.0, 61.0], [0, 20])}
+    first = eval_file(tmp_path / "a.json", [0, 1], runs)
+    second = eval_file(tmp_path / "b.json", [2], {"policy:shapes": ([65.0], [40]), "heuristic": ([62.0], [60])})
+    pooled = pool([first, second], ["policy:shapes", "policy:/x.pt"], ["heuristic"])
+    assert pooled["n_seeds"] == 3
+    assert pooled["a_minus_b_test_accuracy"]["mean"] == pytest.approx((1.0 - 1.0 + 3.0) / 3)
+    assert pooled["a_ahead_on"] == 2
+    assert pooled["a_mean_added_params"] == 20.0
+    assert pooled["b_mean_added_params"] == pytest.approx(80 / 3, abs=0.05)
+    assert [f["seeds"] for f in pooled["per_file"]] == [[0, 1], [2, 2]]
+
+
+def test_repeated_seeds_or_a_missing_controller_are_refused(tmp_path: Path) -> None:
+    pool = load_script().pool
+    one = eval_file(tmp_path / "a.json", [0, 1], {"p": ([1.0, 2.0], [0, 0]), "h": ([1.0, 1.0], [0, 0])})
+    again = eval_file(tmp_path / "b.json", [1, 2], {"p": ([1.0, 2.0], [0, 0]), "h": ([1.0, 1.0], [0, 0])})
+    with pytest.raises(SystemExit, match=r"repeats seeds \[1\]"):
+        pool([one, again], ["p"], ["h"])
+    with pytest.raises(SystemExit, match="holds 0 of q"):
+        pool([one], ["q"], ["h"])
