@@ -16,10 +16,11 @@ from conftest import make_env, tiny_shapes_task
 from esper.kasmina import Topology
 from esper.leyline import BlendSchedule, Decision, LifecycleOp
 from esper.scripts.train import main
-from esper.simic.cloning import clone, demonstrate
+from esper.simic.cloning import clone, cloning_batch, cloning_losses, demonstrate
 from esper.simic.loop import make_learner
 from esper.simic.rewards import RewardConfig, RewardFunction
 from esper.tamiyo import HeuristicConfig, HeuristicController, PolicySpaces, tuned_heuristic
+from esper.tamiyo.diagnostics import scored_slots
 from esper.tolaria import TASKS
 from test_cli import check_usage_error, plateau_task
 
@@ -167,3 +168,90 @@ def test_the_warm_start_clones_the_heuristic_of_the_run_s_knobs(workdir: Path, c
     recorded = json.loads(Path("run/config.json").read_text())["knobs"]["heuristic"]
     assert recorded["cull_threshold"] == 0.25
     assert recorded["fossilize_threshold"] == tuned.fossilize_threshold
+
+
+class Recording:
+    """Wraps a controller and keeps every `TrainingSignals` it decided on."""
+
+    def __init__(self, inner) -> None:
+        self.inner, self.seen = inner, []
+
+    def reset(self) -> None:
+        self.inner.reset()
+
+    def decide(self, signals) -> Decision:
+        self.seen.append(signals)
+        return self.inner.decide(signals)
+
+    def record_step(self, decision, changes) -> None:
+        self.inner.record_step(decision, changes)
+
+
+def eager_heuristic(env) -> HeuristicController:
+    config = HeuristicConfig(warmup_epochs=0, plateau_patience=0, germination_cooldown=0)
+    return HeuristicController(Topology.CNN, SLOTS, config=config, thresholds=env.config.thresholds)
+
+
+@pytest.mark.slow
+def test_keep_cull_cloning_fits_the_probationary_decisions_only() -> None:
+    """A demonstration marks the steps at which a seed is probationary with a measured
+    contribution; cloning `keep-cull` fits those steps' actions, and whatever the demonstrator
+    did elsewhere does not change its loss (cloning all decisions it does)."""
+    env = make_env(max_epochs=10)
+    spaces = PolicySpaces.derive(Topology.CNN, SLOTS)
+    recording = Recording(eager_heuristic(env))
+    demo = demonstrate(env, recording, spaces, RewardFunction(RewardConfig(), 1.0), rng_seed=0, episode=0)
+    assert demo.keep_cull.tolist() == [bool(scored_slots(signals)) for signals in recording.seen]
+    assert 0 < int(demo.keep_cull.sum()) < len(recording.seen)
+    elsewhere = demo.actions.clone()
+    elsewhere[~demo.keep_cull] = torch.tensor(spaces.actions.encode(Decision.wait()))
+    elsewhere[~demo.keep_cull, 0] = int(LifecycleOp.CULL)  # the masks need not allow it: only the loss is read
+    other = replace(demo, actions=elsewhere)
+    learner = make_learner(spaces, hidden=16, learning_rate=1e-3, rng_seed=0)
+    for decisions, same in (("keep-cull", True), ("all", False)):
+        with torch.no_grad():
+            nll, _ = cloning_losses(learner.policy, cloning_batch(learner, [demo], decisions))
+            other_nll, _ = cloning_losses(learner.policy, cloning_batch(learner, [other], decisions))
+        assert (float(nll) == float(other_nll)) is same, decisions
+    before, after = clone(learner, [demo], steps=60, learning_rate=3e-3, decisions="keep-cull")
+    assert before.cloned_steps == after.cloned_steps == int(demo.keep_cull.sum())
+    assert after.action_nll < before.action_nll
+
+
+def test_keep_cull_cloning_refuses_demonstrations_without_a_keep_cull_decision() -> None:
+    env = make_env(max_epochs=2)
+    spaces = PolicySpaces.derive(Topology.CNN, SLOTS)
+    demo = demonstrate(env, eager_heuristic(env), spaces, RewardFunction(RewardConfig(), 1.0), rng_seed=0, episode=0)
+    assert not bool(demo.keep_cull.any())
+    learner = make_learner(spaces, hidden=16, learning_rate=1e-3, rng_seed=0)
+    with pytest.raises(ValueError, match="no keep/cull decision"):
+        clone(learner, [demo], steps=1, learning_rate=1e-3, decisions="keep-cull")
+
+
+def test_an_unknown_clone_decisions_value_is_a_one_line_error(tiny_shapes, workdir: Path, capsys) -> None:
+    line = check_usage_error(capsys, ["ppo", "--clone-episodes", "1", "--clone-decisions", "probation"], "probation")
+    assert "all keep-cull" in line
+    assert not Path("runs").exists()
+
+
+@pytest.mark.slow
+def test_a_resumed_run_clones_again_only_when_asked_on_seeds_it_never_used(tiny_shapes, workdir: Path, capsys) -> None:
+    """`--clone-episodes` given with `--resume` clones before the resumed PPO goes on, on seeds
+    after every one the run trained on; a resumed run not given it does not clone again."""
+    argv = ["ppo", "--n-envs", "1", "--max-epochs", "3", "--seed", "5", "--clone-steps", "5"]
+    assert main([*argv, "--episodes", "1", "--clone-episodes", "2", "--run-dir", "first"]) == 0
+    assert "warm start: cloned 2 heuristic episodes (seeds 6..7)" in capsys.readouterr().out
+    resumed = ["ppo", "--resume", "first/checkpoints/round-0001.pt", "--episodes", "2"]
+    assert main([*resumed, "--clone-episodes", "1", "--run-dir", "second"]) == 0
+    assert "warm start: cloned 1 heuristic episodes (seeds 8..8)" in capsys.readouterr().out
+    checkpoint = torch.load("second/checkpoints/round-0002.pt", weights_only=True)
+    assert checkpoint["training_seeds"] == [6, 7, 5, 8, 6]
+    assert main(["ppo", "--resume", "first/checkpoints/round-0001.pt", "--episodes", "2", "--run-dir", "third"]) == 0
+    assert "warm start" not in capsys.readouterr().out
+
+
+def test_a_keep_cull_cloning_with_nothing_to_clone_is_a_one_line_error(tiny_shapes, workdir: Path, capsys) -> None:
+    argv = ["ppo", "--episodes", "1", "--n-envs", "1", "--max-epochs", "2", "--clone-episodes", "1", "--quiet"]
+    assert main([*argv, "--clone-decisions", "keep-cull", "--run-dir", "run"]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and "--clone-decisions keep-cull" in err[0] and "no keep/cull decision" in err[0], err

@@ -28,6 +28,10 @@ class UsageError(Exception):
     """Bad input: reported as one line, exit code 2."""
 
 
+class RunFailure(RuntimeError):
+    """A run cannot go on for a reason found while it ran, not in its input: one line, exit code 1."""
+
+
 class AlreadyFinished(Exception):
     """`--resume last` on a run that has already done all it was asked: one line, exit code 0,
     so a command line repeated after a crash (or by a scheduler) is safe when there was none."""

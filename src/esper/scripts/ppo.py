@@ -27,6 +27,7 @@ from esper.kasmina.blueprints import blueprint_names
 from esper.nissa import ROUND_METRICS, Event, TelemetryHub
 from esper.scripts.common import (
     AlreadyFinished,
+    RunFailure,
     UsageError,
     add_tracking_flags,
     check_minimum,
@@ -61,7 +62,7 @@ from esper.simic.checkpoint import (
     read_checkpoint,
     save_checkpoint,
 )
-from esper.simic.cloning import clone, demonstrate
+from esper.simic.cloning import CLONED_DECISIONS, clone, demonstrate
 from esper.simic.distributed import SINGLE_PROCESS, DistContext, init_distributed
 from esper.simic.loop import Learner
 from esper.simic.morphogenetic_envs import MorphogeneticEnvs, TrainerConfig, build_trainer, run_round
@@ -92,6 +93,7 @@ DEFAULTS: dict[str, Any] = {
     "clone_episodes": 0,
     "clone_steps": 300,
     "clone_lr": 1e-3,
+    "clone_decisions": "all",
 }
 """Settings of a new run, as given (None: derived from the task). A resumed run takes them from
 its checkpoint instead, so a default stays a default if the task changes; a config file's
@@ -126,7 +128,12 @@ def add_ppo_parser(sub: argparse._SubParsersAction) -> None:
         "--clone-episodes",
         type=int,
         help="warm start: before PPO, clone the heuristic (the task's tuned one; --heuristic.KNOB changes it) from "
-        "this many of its episodes (default 0)",
+        "this many of its episodes (default 0); given with --resume, a cloning before the resumed PPO goes on",
+    )
+    p.add_argument(
+        "--clone-decisions",
+        help="which decisions of the heuristic's episodes to clone: all, or keep-cull (those at which a slot holds "
+        "a probationary seed with a measured contribution) (default all)",
     )
     p.add_argument("--clone-steps", type=int, help="full-batch Adam steps of the cloning (default 300)")
     p.add_argument("--clone-lr", type=float, help="learning rate of the cloning (default 1e-3)")
@@ -156,6 +163,9 @@ class PPORun:
     restart_in_place: bool = False
     """`--resume last` (or a run directory) found no checkpoint: start fresh in that directory,
     dropping the telemetry of any earlier start that never reached one."""
+    clone_now: bool = False
+    """Clone before PPO: a new run with `--clone-episodes` > 0, or a resumed one given it anew
+    (a resumed run's recorded `clone_episodes` is the warm start it already had)."""
 
 
 # --------------------------------------------------------------------------- resolving arguments
@@ -208,6 +218,7 @@ def resolve_ppo(args: argparse.Namespace, rest: Sequence[str] = (), ctx: DistCon
     return PPORun(
         settings, task, data, env, devices, policy_device, config, blueprints, knobs, run_dir, resume, resume_path,
         args.quiet, ctx, tracking_project(args), set_aside, restart_in_place,
+        clone_now=settings["clone_episodes"] > 0 and (resume is None or args.clone_episodes is not None),
     )  # fmt: skip
 
 
@@ -292,6 +303,9 @@ def check_counts(settings: dict[str, Any]) -> None:
     check_minimum("--clone-steps", settings["clone_steps"], 1)
     if not settings["clone_lr"] > 0:
         raise UsageError(f"--clone-lr must be > 0, got {settings['clone_lr']}")
+    if settings["clone_decisions"] not in CLONED_DECISIONS:
+        choices = " ".join(CLONED_DECISIONS)
+        raise UsageError(f"--clone-decisions: unknown value {settings['clone_decisions']!r}; choose from: {choices}")
 
 
 def resolve_devices(settings: dict[str, Any], ctx: DistContext) -> tuple[torch.device, list[torch.device]]:
@@ -376,9 +390,10 @@ def build(run: PPORun, emit) -> tuple[MorphogeneticEnvs, Learner]:
 def warm_start(run: PPORun, envs: MorphogeneticEnvs, learner: Learner, quiet: bool) -> None:
     """Clone the heuristic of the run's knobs (the task's tuned one unless `--heuristic.KNOB`
     says otherwise; `esper.simic.cloning`) from its episodes on the seeds after the run's own
-    (recorded as training seeds). Every rank clones the same episodes, so the ranks' policies
-    stay equal with no communication."""
-    n, first = run.settings["clone_episodes"], run.config.rng_seed + run.config.episodes
+    and after every seed it trained on already (recorded as training seeds). Every rank clones
+    the same episodes, so the ranks' policies stay equal with no communication."""
+    n, decisions = run.settings["clone_episodes"], run.settings["clone_decisions"]
+    first = max([run.config.rng_seed + run.config.episodes, *(seed + 1 for seed in envs.trained_rng_seeds)])
     heuristic = HeuristicController(
         run.task.topology,
         run.env.enabled_slots,
@@ -393,11 +408,19 @@ def warm_start(run: PPORun, envs: MorphogeneticEnvs, learner: Learner, quiet: bo
         )
         if not quiet:
             print(f"warm start: heuristic episode {i + 1}/{n} (seed {first + i}) recorded", file=sys.stderr, flush=True)
-    before, after = clone(learner, demos, run.settings["clone_steps"], run.settings["clone_lr"])
+    try:
+        before, after = clone(
+            learner, demos, run.settings["clone_steps"], run.settings["clone_lr"], decisions=decisions
+        )
+    except ValueError as exc:
+        raise RunFailure(
+            f"--clone-decisions {decisions}: {exc}; demonstrate more episodes (--clone-episodes)"
+        ) from None
     envs.trained_rng_seeds.extend(range(first, first + n))
     if not quiet:
+        which = "" if decisions == "all" else f", their {after.cloned_steps} keep/cull decisions"
         print(
-            f"warm start: cloned {n} heuristic episodes (seeds {first}..{first + n - 1}): greedy agreement "
+            f"warm start: cloned {n} heuristic episodes (seeds {first}..{first + n - 1}){which}: greedy agreement "
             f"{before.agreement:.2f} -> {after.agreement:.2f}, action NLL {before.action_nll:.3f} -> "
             f"{after.action_nll:.3f}",
             flush=True,
@@ -433,7 +456,7 @@ def run_ppo(run: PPORun) -> dict[str, Any]:
     stop_code = 0
     try:
         envs, learner = build(run, hub.emit)
-        if run.resume is None and run.settings["clone_episodes"] > 0:
+        if run.clone_now:
             warm_start(run, envs, learner, quiet)
         remaining = run.config.episodes - learner.episodes_done
         if main_rank:

@@ -28,6 +28,7 @@ from esper.nissa import TelemetryError
 from esper.scripts.common import (
     AlreadyFinished,
     OneLineParser,
+    RunFailure,
     UsageError,
     add_tracking_flags,
     check_minimum,
@@ -378,6 +379,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         execute(run)
     except EnvFailure as exc:
         print(f"esper: error: {exc}; the checkpoints written so far are intact (--resume last)", file=sys.stderr)
+        shutdown_distributed(graceful=False)
+        return 1
+    except RunFailure as exc:
+        print(f"esper: error: {exc}", file=sys.stderr)
         shutdown_distributed(graceful=False)
         return 1
     except StopRequested as exc:

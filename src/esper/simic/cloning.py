@@ -11,6 +11,13 @@ seen, the masks it would have acted under, and the demonstrator's decision encod
 per head (`ActionSpace.encode`). Cloning maximises the log-probability of those actions over
 the active heads (re-running whole episodes through the LSTM, as the PPO update does) and
 regresses the value on the return to go.
+
+A cloning may also take only the demonstrator's *keep/cull decisions* (`decisions="keep-cull"`):
+the steps at which a slot holds a probationary seed with a measured contribution, the decisions
+the keep/cull AUC scores (`esper.tamiyo.diagnostics`). Why: a policy PPO has trained already
+grows as it learned to, and a second, short cloning from a heuristic that culls harmful seeds
+teaches it to cull them without pulling its other decisions back to the heuristic's. The value
+is still fitted on every step (the returns to go of a step need the whole episode).
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from esper.leyline import Decision, LifecycleOp
 from esper.simic.loop import Learner
 from esper.simic.rewards import RewardFunction
 from esper.tamiyo import PolicySpaces, RecurrentPolicy
+from esper.tamiyo.diagnostics import scored_slots
 from esper.tolaria.environment import MorphogeneticEnv
 from esper.tolaria.episode import Controller
 
@@ -41,6 +49,8 @@ class Demonstration:
     """(T, H) bool."""
     rewards: torch.Tensor
     """(T,) float32 under the run's reward."""
+    keep_cull: torch.Tensor
+    """(T,) bool: the step is a keep/cull decision (a slot holds a scored probationary seed)."""
 
     @property
     def returns(self) -> torch.Tensor:
@@ -61,7 +71,7 @@ def demonstrate(
     is the seed's) runs first and is the twin the rewards subtract."""
     actions_space, thresholds = spaces.actions, env.config.thresholds
     head_active = actions_space.head_active_table()
-    obs, actions, masks, active, rewards = [], [], [], [], []
+    obs, actions, masks, active, rewards, keep_cull = [], [], [], [], [], []
     static = static_accuracies(env, rng_seed, episode) if reward.config.static_baseline else None
     signals = env.reset(rng_seed, episode)
     controller.reset()
@@ -77,6 +87,7 @@ def demonstrate(
         actions.append(torch.tensor(action))
         masks.append(torch.cat(heads))
         active.append(on)
+        keep_cull.append(bool(scored_slots(signals)))
         result = env.step(decision)
         controller.record_step(decision, result.changes)
         static_gain = None if static is None else static[len(rewards) + 1] - static[len(rewards)]
@@ -84,7 +95,12 @@ def demonstrate(
         rewards.append(parts.total)
         signals, done = result.signals, result.done
     return Demonstration(
-        torch.stack(obs), torch.stack(actions), torch.stack(masks), torch.stack(active), torch.tensor(rewards)
+        torch.stack(obs),
+        torch.stack(actions),
+        torch.stack(masks),
+        torch.stack(active),
+        torch.tensor(rewards),
+        torch.tensor(keep_cull, dtype=torch.bool),
     )
 
 
@@ -99,13 +115,19 @@ def static_accuracies(env: MorphogeneticEnv, rng_seed: int, episode: int) -> lis
     return curve
 
 
+CLONED_DECISIONS = ("all", "keep-cull")
+"""Which demonstrated steps a cloning fits the actions of: every one, or the keep/cull decisions."""
+
+
 @dataclass(frozen=True)
 class CloningStats:
     action_nll: float
-    """Mean negative log-likelihood of a demonstrated action (the sum over its active heads)."""
+    """Mean negative log-likelihood of a cloned action (the sum over its active heads)."""
     agreement: float
-    """Fraction of demonstrated steps whose greedy action (active heads) is the demonstrated one."""
+    """Fraction of cloned steps whose greedy action (active heads) is the demonstrated one."""
     value_loss: float
+    cloned_steps: int
+    """The demonstrated steps whose actions are fitted (all, or the keep/cull decisions)."""
 
 
 @dataclass(frozen=True)
@@ -119,11 +141,16 @@ class CloningBatch:
     masks: torch.Tensor
     active: torch.Tensor
     returns: torch.Tensor
+    cloned: torch.Tensor
+    """(V,) bool: the valid steps whose actions are fitted."""
 
 
-def cloning_batch(learner: Learner, demonstrations: list[Demonstration]) -> CloningBatch:
+def cloning_batch(learner: Learner, demonstrations: list[Demonstration], decisions: str = "all") -> CloningBatch:
     """The learner's observation statistics absorb the demonstrations' observations (as after a
-    round), which are then normalized with them."""
+    round), which are then normalized with them. `decisions` (`CLONED_DECISIONS`) picks the steps
+    whose actions are fitted."""
+    if decisions not in CLONED_DECISIONS:
+        raise ValueError(f"decisions must be one of {CLONED_DECISIONS}, got {decisions!r}")
     learner.obs_norm.update(torch.cat([d.raw_obs for d in demonstrations]))
     length, device = max(d.raw_obs.shape[0] for d in demonstrations), learner.device
 
@@ -149,6 +176,9 @@ def cloning_batch(learner: Learner, demonstrations: list[Demonstration]) -> Clon
         masks=steps([d.masks for d in demonstrations]),
         active=steps([d.head_active for d in demonstrations]).float(),
         returns=steps([d.returns for d in demonstrations]),
+        cloned=steps(
+            [d.keep_cull if decisions == "keep-cull" else torch.ones_like(d.keep_cull) for d in demonstrations]
+        ),
     )
 
 
@@ -156,7 +186,7 @@ def cloning_losses(policy: RecurrentPolicy, batch: CloningBatch) -> tuple[torch.
     """(action NLL, value loss) of the demonstrations under `policy`."""
     state = policy.initial_state(batch.obs.shape[1], batch.obs.device)
     evaluation = policy.evaluate(batch.obs, state, batch.starts, batch.valid, batch.masks, batch.actions)
-    nll = -(evaluation.log_probs * batch.active).sum(-1).mean()
+    nll = -(evaluation.log_probs * batch.active).sum(-1)[batch.cloned].mean()
     return nll, 0.5 * (evaluation.values - batch.returns).square().mean()
 
 
@@ -170,17 +200,28 @@ def measure(policy: RecurrentPolicy, batch: CloningBatch) -> CloningStats:
         head_masks = batch.masks[:, offset : offset + n]
         greedy.append(head_logits[batch.valid].masked_fill(~head_masks, float("-inf")).argmax(-1))
         offset += n
-    match = ((torch.stack(greedy, -1) == batch.actions) | ~batch.active.bool()).all(-1)
-    return CloningStats(float(nll), float(match.float().mean()), float(value_loss))
+    match = ((torch.stack(greedy, -1) == batch.actions) | ~batch.active.bool()).all(-1)[batch.cloned]
+    return CloningStats(float(nll), float(match.float().mean()), float(value_loss), int(batch.cloned.sum()))
 
 
 def clone(
-    learner: Learner, demonstrations: list[Demonstration], steps: int, learning_rate: float, vf_coef: float = 0.5
+    learner: Learner,
+    demonstrations: list[Demonstration],
+    steps: int,
+    learning_rate: float,
+    vf_coef: float = 0.5,
+    decisions: str = "all",
 ) -> tuple[CloningStats, CloningStats]:
     """Fit the learner's policy to `demonstrations` with `steps` full-batch Adam steps (an
     optimizer of its own, so PPO's starts with no moments from another loss); the fit
-    (before, after)."""
-    batch = cloning_batch(learner, demonstrations)
+    (before, after). `decisions="keep-cull"` fits the actions of the keep/cull decisions only;
+    demonstrations with none are refused (there would be nothing to fit)."""
+    batch = cloning_batch(learner, demonstrations, decisions)
+    if not bool(batch.cloned.any()):
+        raise ValueError(
+            f"the {len(demonstrations)} demonstrations hold no keep/cull decision (no seed reached probation): "
+            "there is nothing to clone"
+        )
     policy = learner.policy
     optimizer = torch.optim.Adam(policy.parameters(), lr=learning_rate, eps=1e-5)
     before = measure(policy.eval(), batch)

@@ -22,10 +22,19 @@ from collections.abc import Sequence
 
 import torch
 
-from esper.leyline import LifecycleOp, SeedStage, TrainingSignals
+from esper.leyline import LifecycleOp, SeedStage, SlotSignals, TrainingSignals
 
 BINS = 2001
 """Bins of the keep score over [-1, 1]: 0.001 wide."""
+
+
+def scored_slots(signals: TrainingSignals) -> list[tuple[int, SlotSignals]]:
+    """The slots (index in the slot head's order, signals) whose seed a keep/cull decision is
+    scored on: probationary, with a measured contribution. A decision with any is a keep/cull
+    decision (what `--clone-decisions keep-cull` clones)."""
+    return [
+        (k, s) for k, s in enumerate(signals.slots) if s.stage is SeedStage.PROBATIONARY and s.contribution is not None
+    ]
 
 
 class KeepCullCounts:
@@ -41,10 +50,9 @@ class KeepCullCounts:
 
     def record(self, signals: TrainingSignals, pair_probs: torch.Tensor) -> None:
         """One decision: `pair_probs` (ops, slots) the policy's probability of each op on each slot."""
-        for k, s in enumerate(signals.slots):  # the slot head's order
-            if s.stage is SeedStage.PROBATIONARY and s.contribution is not None:
-                keep = float(pair_probs[LifecycleOp.FOSSILIZE, k] - pair_probs[LifecycleOp.CULL, k])
-                self.add(keep, s.contribution > 0)
+        for k, s in scored_slots(signals):
+            keep = float(pair_probs[LifecycleOp.FOSSILIZE, k] - pair_probs[LifecycleOp.CULL, k])
+            self.add(keep, s.contribution > 0)  # type: ignore[operator]
 
     @property
     def helpful(self) -> int:
