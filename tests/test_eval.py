@@ -187,6 +187,17 @@ def test_one_controller_alone_is_measured_with_no_paired_block(
     assert json.loads((tmp_path / "e" / "eval.json").read_text())["paired"] == {}
 
 
+def test_one_seed_is_measured_with_no_interval(tiny_shapes, workdir: Path, tmp_path: Path, capsys) -> None:
+    """A one-seed eval (a quick look) has no spread: eval.json holds null for the interval and
+    the std (writing NaN crashed the run after its episodes had all finished)."""
+    argv = ["eval", "--controllers", "static", "random", "--seeds", "3:4", *FAST, "--run-dir", str(tmp_path / "e")]
+    assert main(argv) == 0
+    assert "(one seed)" in capsys.readouterr().out
+    report = json.loads((tmp_path / "e" / "eval.json").read_text())
+    assert report["test_accuracy"]["random"]["ci95"] == [None, None]
+    assert report["paired"]["random - static"]["std"] is None
+
+
 def test_blueprints_restricts_what_the_heuristic_and_random_grow(workdir: Path, tmp_path: Path, monkeypatch) -> None:
     """`eval --blueprints` was accepted and ignored: every controller chose from its own set."""
     monkeypatch.setitem(TASKS, "shapes", plateau_task(tiny_shapes_task()))  # the heuristic grows at once

@@ -51,3 +51,4 @@ def test_a_single_seed_has_no_interval_and_mismatched_pairs_are_refused() -> Non
         "ci95": [2.0 - 12.706, 2.0 + 12.706],
         "n": 2,
     }
+    assert e.to_json() == {"mean": 4.0, "std": None, "ci95": [None, None], "n": 1}  # JSON has no NaN

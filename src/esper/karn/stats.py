@@ -38,7 +38,15 @@ class Estimate:
     n: int
 
     def to_json(self) -> dict[str, object]:
-        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(self).items()}
+        """One seed has no spread: its std and interval are written as null (JSON has no NaN)."""
+
+        def plain(value: float) -> float | None:
+            return None if math.isnan(value) else value
+
+        return {
+            k: ([plain(x) for x in v] if isinstance(v, tuple) else plain(v) if isinstance(v, float) else v)
+            for k, v in asdict(self).items()
+        }
 
 
 def estimate(values: Sequence[float]) -> Estimate:

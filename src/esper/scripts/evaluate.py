@@ -502,23 +502,29 @@ def pairs(specs: tuple[ControllerSpec, ...]) -> list[tuple[str, str]]:
     return found
 
 
+def interval_text(ci95: list[float | None], spec: str) -> str:
+    """`[low, high]`; one seed has none (null in eval.json), shown as such in the column's width."""
+    low, high = ci95
+    if low is None or high is None:
+        return f"{'(one seed)':^16}"
+    return f"[{low:{spec}}, {high:{spec}}]"
+
+
 def table(report: dict[str, Any]) -> str:
     n = len(report["seeds"])
     width = max(28, *(len(name) for name in report["controllers"]))  # a policy's path can be long
     lines = [f"{'controller':<{width}} {'test accuracy % (95% CI)':>28} {'added params':>13} {'s / episode':>12}"]
     for name, values in report["controllers"].items():
         est = report["test_accuracy"][name]
-        low, high = est["ci95"]
         lines.append(
-            f"{name:<{width}} {est['mean']:>10.2f} [{low:6.2f}, {high:6.2f}]    "
+            f"{name:<{width}} {est['mean']:>10.2f} {interval_text(est['ci95'], '6.2f')}    "
             f"{statistics.fmean(values['seed_params']):>13,.0f} {statistics.fmean(values['seconds']):>12.1f}"
         )
     if report["paired"]:  # one controller alone has nothing to be paired with
         lines.append(f"\npaired test accuracy difference, points (95% CI over {n} seeds):")
     pair_width = max([48, *(len(pair) for pair in report["paired"])])
     for pair, est in report["paired"].items():
-        low, high = est["ci95"]
-        lines.append(f"{pair:<{pair_width}} {est['mean']:+7.2f} [{low:+6.2f}, {high:+6.2f}]")
+        lines.append(f"{pair:<{pair_width}} {est['mean']:+7.2f} {interval_text(est['ci95'], '+6.2f')}")
     for name, d in report["diagnostics"].items():
         mix = " ".join(f"{op} {share:.2f}" for op, share in d["op_mix"].items())
         entropy = " ".join(f"{head} {value:.2f}" for head, value in d["entropy"].items())
