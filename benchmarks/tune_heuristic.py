@@ -146,6 +146,11 @@ def parse_seeds(spec: str) -> list[int]:
     return seeds
 
 
+def spread(std: float | None) -> str:
+    """A standard deviation as printed; one seed has none (null in the report)."""
+    return "-" if std is None else f"{std:.2f}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--task", default="shapes")
@@ -195,7 +200,7 @@ def main() -> None:
     for t in table:
         est = t["objective"]
         print(
-            f"candidate {t['candidate']:2d}: J {est['mean']:6.2f} ± {est['std']:.2f} over {t['seeds']} seeds, "
+            f"candidate {t['candidate']:2d}: J {est['mean']:6.2f} ± {spread(est['std'])} over {t['seeds']} seeds, "
             f"val {t['val_accuracy']:.2f}%, +{t['seed_params']:,} params  {json.dumps(knobs[t['candidate']])}"
         )
     if args.write_default:

@@ -236,8 +236,10 @@ def test_an_unknown_clone_decisions_value_is_a_one_line_error(tiny_shapes, workd
 
 @pytest.mark.slow
 def test_a_resumed_run_clones_again_only_when_asked_on_seeds_it_never_used(tiny_shapes, workdir: Path, capsys) -> None:
-    """`--clone-episodes` given with `--resume` clones before the resumed PPO goes on, on seeds
-    after every one the run trained on; a resumed run not given it does not clone again."""
+    """`--clone-episodes` given with `--resume` into a new run directory clones before the
+    resumed PPO goes on, on seeds after every one the run trained on, and the checkpoint records
+    both clonings; a checkpoint resumed without it, or a run resumed in its own directory (a
+    command repeated after a crash), does not clone again."""
     argv = ["ppo", "--n-envs", "1", "--max-epochs", "3", "--seed", "5", "--clone-steps", "5"]
     assert main([*argv, "--episodes", "1", "--clone-episodes", "2", "--run-dir", "first"]) == 0
     assert "warm start: cloned 2 heuristic episodes (seeds 6..7)" in capsys.readouterr().out
@@ -245,9 +247,17 @@ def test_a_resumed_run_clones_again_only_when_asked_on_seeds_it_never_used(tiny_
     assert main([*resumed, "--clone-episodes", "1", "--run-dir", "second"]) == 0
     assert "warm start: cloned 1 heuristic episodes (seeds 8..8)" in capsys.readouterr().out
     checkpoint = torch.load("second/checkpoints/round-0002.pt", weights_only=True)
+    # The second PPO episode's seed is 5 + 1 = 6, the warm start's first: an extended run reuses
+    # its clone seeds (both are recorded, so `eval` refuses them alike).
     assert checkpoint["training_seeds"] == [6, 7, 5, 8, 6]
+    clonings = checkpoint["clonings"]
+    assert [(c["before_episode"], c["episodes"], c["seeds"]) for c in clonings] == [(0, 2, [6, 7]), (1, 1, [8, 8])]
     assert main(["ppo", "--resume", "first/checkpoints/round-0001.pt", "--episodes", "2", "--run-dir", "third"]) == 0
     assert "warm start" not in capsys.readouterr().out
+    again = ["ppo", "--resume", "last", "--run-dir", "second", "--episodes", "3", "--clone-episodes", "1"]
+    assert main(again) == 0
+    assert "warm start" not in capsys.readouterr().out
+    assert len(torch.load("second/checkpoints/round-0003.pt", weights_only=True)["clonings"]) == 2
 
 
 def test_a_keep_cull_cloning_with_nothing_to_clone_is_a_one_line_error(tiny_shapes, workdir: Path, capsys) -> None:
@@ -255,3 +265,4 @@ def test_a_keep_cull_cloning_with_nothing_to_clone_is_a_one_line_error(tiny_shap
     assert main([*argv, "--clone-decisions", "keep-cull", "--run-dir", "run"]) == 1
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and "--clone-decisions keep-cull" in err[0] and "no keep/cull decision" in err[0], err
+    assert "--max-epochs" in err[0]

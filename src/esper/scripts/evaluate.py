@@ -521,7 +521,7 @@ def table(report: dict[str, Any]) -> str:
             f"{statistics.fmean(values['seed_params']):>13,.0f} {statistics.fmean(values['seconds']):>12.1f}"
         )
     if report["paired"]:  # one controller alone has nothing to be paired with
-        lines.append(f"\npaired test accuracy difference, points (95% CI over {n} seeds):")
+        lines.append(f"\npaired test accuracy difference, points (95% CI over {n} seed{'s' if n != 1 else ''}):")
     pair_width = max([48, *(len(pair) for pair in report["paired"])])
     for pair, est in report["paired"].items():
         lines.append(f"{pair:<{pair_width}} {est['mean']:+7.2f} {interval_text(est['ci95'], '+6.2f')}")

@@ -14,7 +14,7 @@ import os
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +62,7 @@ from esper.simic.checkpoint import (
     read_checkpoint,
     save_checkpoint,
 )
-from esper.simic.cloning import CLONED_DECISIONS, clone, demonstrate
+from esper.simic.cloning import CLONED_DECISIONS, NothingToClone, clone, demonstrate
 from esper.simic.distributed import SINGLE_PROCESS, DistContext, init_distributed
 from esper.simic.loop import Learner
 from esper.simic.morphogenetic_envs import MorphogeneticEnvs, TrainerConfig, build_trainer, run_round
@@ -164,8 +164,11 @@ class PPORun:
     """`--resume last` (or a run directory) found no checkpoint: start fresh in that directory,
     dropping the telemetry of any earlier start that never reached one."""
     clone_now: bool = False
-    """Clone before PPO: a new run with `--clone-episodes` > 0, or a resumed one given it anew
-    (a resumed run's recorded `clone_episodes` is the warm start it already had)."""
+    """Clone before PPO: a new run with `--clone-episodes` > 0, or a checkpoint resumed into a
+    new run directory with `--clone-episodes` given. A run resumed in its own directory never
+    clones again, so a command repeated after a crash (`--resume last`) is safe."""
+    clonings: list[dict[str, Any]] = field(default_factory=list)
+    """Every cloning the run's policy has had, oldest first (carried by its checkpoints)."""
 
 
 # --------------------------------------------------------------------------- resolving arguments
@@ -202,6 +205,11 @@ def resolve_ppo(args: argparse.Namespace, rest: Sequence[str] = (), ctx: DistCon
                 last_metrics_row(run_dir)  # the summary still to write is made from it
     else:
         run_dir = resolve_run_dir(args.run_dir, task, resume, resume_path)
+    branched = (  # a checkpoint resumed into a new run directory
+        resume is not None
+        and folder is None
+        and run_dir.resolve() != run_dir_of_checkpoint(resume_path, resume).resolve()  # type: ignore[arg-type]
+    )
     data = load_task_data(task, settings["data_dir"])
     env = EnvConfig(
         task=task,
@@ -218,8 +226,24 @@ def resolve_ppo(args: argparse.Namespace, rest: Sequence[str] = (), ctx: DistCon
     return PPORun(
         settings, task, data, env, devices, policy_device, config, blueprints, knobs, run_dir, resume, resume_path,
         args.quiet, ctx, tracking_project(args), set_aside, restart_in_place,
-        clone_now=settings["clone_episodes"] > 0 and (resume is None or args.clone_episodes is not None),
+        clone_now=settings["clone_episodes"] > 0 and (resume is None or (branched and args.clone_episodes is not None)),
+        clonings=past_clonings(resume),
     )  # fmt: skip
+
+
+def past_clonings(resume: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The clonings a resumed checkpoint records; one from before Esper recorded them had at most
+    its warm start, which its settings describe."""
+    if resume is None:
+        return []
+    if "clonings" in resume:
+        return list(resume["clonings"])
+    s = resume["settings"]
+    if not s.get("clone_episodes"):
+        return []
+    teacher = resume["knobs"].get("heuristic", "the task's tuned heuristic")
+    first = {"before_episode": 0, "episodes": s["clone_episodes"], "decisions": "all", "teacher": teacher}
+    return [{**first, "steps": s["clone_steps"], "lr": s["clone_lr"]}]
 
 
 def resolve_settings_and_knobs(
@@ -394,6 +418,7 @@ def warm_start(run: PPORun, envs: MorphogeneticEnvs, learner: Learner, quiet: bo
     the same episodes, so the ranks' policies stay equal with no communication."""
     n, decisions = run.settings["clone_episodes"], run.settings["clone_decisions"]
     first = max([run.config.rng_seed + run.config.episodes, *(seed + 1 for seed in envs.trained_rng_seeds)])
+    first_episode = first - run.config.rng_seed  # a demonstration's episode number is its seed's, as in PPO
     heuristic = HeuristicController(
         run.task.topology,
         run.env.enabled_slots,
@@ -403,20 +428,31 @@ def warm_start(run: PPORun, envs: MorphogeneticEnvs, learner: Learner, quiet: bo
     )
     demos = []
     for i in range(n):
-        demos.append(
-            demonstrate(envs.all_envs[0], heuristic, envs.spaces, envs.reward, first + i, run.config.episodes + i)
-        )
+        demos.append(demonstrate(envs.all_envs[0], heuristic, envs.spaces, envs.reward, first + i, first_episode + i))
         if not quiet:
             print(f"warm start: heuristic episode {i + 1}/{n} (seed {first + i}) recorded", file=sys.stderr, flush=True)
     try:
         before, after = clone(
             learner, demos, run.settings["clone_steps"], run.settings["clone_lr"], decisions=decisions
         )
-    except ValueError as exc:
+    except NothingToClone as exc:
         raise RunFailure(
-            f"--clone-decisions {decisions}: {exc}; demonstrate more episodes (--clone-episodes)"
+            f"--clone-decisions {decisions}: {exc}; longer episodes (--max-epochs) or more of them "
+            "(--clone-episodes) give seeds the time to reach probation"
         ) from None
     envs.trained_rng_seeds.extend(range(first, first + n))
+    run.clonings.append(
+        {
+            "before_episode": learner.episodes_done,
+            "episodes": n,
+            "seeds": [first, first + n - 1],
+            "decisions": decisions,
+            "steps": run.settings["clone_steps"],
+            "lr": run.settings["clone_lr"],
+            "teacher": jsonable(run.knobs["heuristic"]),
+            "agreement": [before.agreement, after.agreement],
+        }
+    )
     if not quiet:
         which = "" if decisions == "all" else f", their {after.cloned_steps} keep/cull decisions"
         print(
@@ -564,6 +600,7 @@ def record_round(
     if payload is not None:
         events = run.run_dir / "events.jsonl"
         payload["events_bytes"] = events.stat().st_size if events.exists() else 0  # what a resume keeps
+        payload["clonings"] = run.clonings
         save_checkpoint(checkpoint_path(run.run_dir, learner.round), payload)
     if final:
         save_grown_networks(run.run_dir / "grown", envs, learner.round)
@@ -636,6 +673,7 @@ def run_summary(
         },
         "trainer": run.config.to_json(),
         "knobs": jsonable(run.knobs),
+        "clonings": run.clonings,
         "torch": torch.__version__,
     }
 

@@ -382,7 +382,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         shutdown_distributed(graceful=False)
         return 1
     except RunFailure as exc:
-        print(f"esper: error: {exc}", file=sys.stderr)
+        if ctx.is_main:
+            print(f"esper: error: {exc}", file=sys.stderr)
         shutdown_distributed(graceful=False)
         return 1
     except StopRequested as exc:

@@ -16,8 +16,10 @@ A cloning may also take only the demonstrator's *keep/cull decisions* (`decision
 the steps at which a slot holds a probationary seed with a measured contribution, the decisions
 the keep/cull AUC scores (`esper.tamiyo.diagnostics`). Why: a policy PPO has trained already
 grows as it learned to, and a second, short cloning from a heuristic that culls harmful seeds
-teaches it to cull them without pulling its other decisions back to the heuristic's. The value
-is still fitted on every step (the returns to go of a step need the whole episode).
+teaches it to cull them while the steps with no seed on probation (most of them, where it
+decides when to grow) are not fitted. At a keep/cull decision the whole demonstrated decision is
+fitted, whatever it is (germinating in another slot, culling a blending seed). The critic is
+fitted on every step, to the demonstrator's returns, as in a warm start.
 """
 
 from __future__ import annotations
@@ -119,6 +121,10 @@ CLONED_DECISIONS = ("all", "keep-cull")
 """Which demonstrated steps a cloning fits the actions of: every one, or the keep/cull decisions."""
 
 
+class NothingToClone(ValueError):
+    """The demonstrations hold none of the decisions asked for."""
+
+
 @dataclass(frozen=True)
 class CloningStats:
     action_nll: float
@@ -218,9 +224,9 @@ def clone(
     demonstrations with none are refused (there would be nothing to fit)."""
     batch = cloning_batch(learner, demonstrations, decisions)
     if not bool(batch.cloned.any()):
-        raise ValueError(
-            f"the {len(demonstrations)} demonstrations hold no keep/cull decision (no seed reached probation): "
-            "there is nothing to clone"
+        raise NothingToClone(
+            f"the {len(demonstrations)} demonstrations hold no keep/cull decision (no seed reached probation "
+            "with a measured contribution)"
         )
     policy = learner.policy
     optimizer = torch.optim.Adam(policy.parameters(), lr=learning_rate, eps=1e-5)
