@@ -17,9 +17,11 @@ the steps at which a slot holds a probationary seed with a measured contribution
 the keep/cull AUC scores (`esper.tamiyo.diagnostics`). Why: a policy PPO has trained already
 grows as it learned to, and a second, short cloning from a heuristic that culls harmful seeds
 teaches it to cull them while the steps with no seed on probation (most of them, where it
-decides when to grow) are not fitted. At a keep/cull decision the whole demonstrated decision is
-fitted, whatever it is (germinating in another slot, culling a blending seed). The critic is
-fitted on every step, to the demonstrator's returns, as in a warm start.
+decides when to grow) are not fitted. Only a decision about the scored seed is fitted: WAIT, or
+FOSSILIZE or CULL of a slot on probation; the demonstrator's other decisions at those steps
+(germinating in another slot, culling a blending seed) are not, since fitting them taught a
+policy to cull and regrow a tenth of the time. The critic is fitted on every step, to the
+demonstrator's returns, as in a warm start.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from dataclasses import dataclass
 
 import torch
 
-from esper.leyline import Decision, LifecycleOp
+from esper.leyline import Decision, LifecycleOp, TrainingSignals
 from esper.simic.loop import Learner
 from esper.simic.rewards import RewardFunction
 from esper.tamiyo import PolicySpaces, RecurrentPolicy
@@ -52,7 +54,7 @@ class Demonstration:
     rewards: torch.Tensor
     """(T,) float32 under the run's reward."""
     keep_cull: torch.Tensor
-    """(T,) bool: the step is a keep/cull decision (a slot holds a scored probationary seed)."""
+    """(T,) bool: a keep/cull decision (`is_keep_cull_decision`)."""
 
     @property
     def returns(self) -> torch.Tensor:
@@ -89,7 +91,7 @@ def demonstrate(
         actions.append(torch.tensor(action))
         masks.append(torch.cat(heads))
         active.append(on)
-        keep_cull.append(bool(scored_slots(signals)))
+        keep_cull.append(is_keep_cull_decision(signals, decision))
         result = env.step(decision)
         controller.record_step(decision, result.changes)
         static_gain = None if static is None else static[len(rewards) + 1] - static[len(rewards)]
@@ -103,6 +105,17 @@ def demonstrate(
         torch.stack(active),
         torch.tensor(rewards),
         torch.tensor(keep_cull, dtype=torch.bool),
+    )
+
+
+def is_keep_cull_decision(signals: TrainingSignals, decision: Decision) -> bool:
+    """A slot holds a scored probationary seed, and the decision is about it: WAIT, or FOSSILIZE
+    or CULL of a scored slot."""
+    scored = {s.name for _, s in scored_slots(signals)}
+    if not scored:
+        return False
+    return decision.op is LifecycleOp.WAIT or (
+        decision.op in (LifecycleOp.FOSSILIZE, LifecycleOp.CULL) and decision.slot in scored
     )
 
 
