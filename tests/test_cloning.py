@@ -227,8 +227,8 @@ def test_keep_cull_cloning_fits_the_probationary_decisions_only() -> None:
 
 
 def test_a_germination_beside_a_probationary_seed_is_not_a_keep_cull_decision() -> None:
-    """The decisions about another slot, taken while a seed is on probation, are not fitted by a
-    keep/cull cloning (fitting them taught v16 to cull and regrow a tenth of the time)."""
+    """The decisions about another slot, taken while a seed is on probation, are not keep/cull
+    decisions, so a keep/cull cloning does not fit them."""
     env = make_env(max_epochs=10)
     heuristic = eager_heuristic(env)
     signals = env.reset(0, 0)

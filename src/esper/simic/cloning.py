@@ -19,9 +19,9 @@ grows as it learned to, and a second, short cloning from a heuristic that culls 
 teaches it to cull them while the steps with no seed on probation (most of them, where it
 decides when to grow) are not fitted. Only a decision about the scored seed is fitted: WAIT, or
 FOSSILIZE or CULL of a slot on probation; the demonstrator's other decisions at those steps
-(germinating in another slot, culling a blending seed) are not, since fitting them taught a
-policy to cull and regrow a tenth of the time. The critic is fitted on every step, to the
-demonstrator's returns, as in a warm start.
+(germinating in another slot, culling a blending seed) are not about keeping or culling that
+seed. Neither form has yet given a better policy (README, v16 and v17). The critic is fitted on
+every step, to the demonstrator's returns, as in a warm start.
 """
 
 from __future__ import annotations
