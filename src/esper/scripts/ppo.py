@@ -128,7 +128,8 @@ def add_ppo_parser(sub: argparse._SubParsersAction) -> None:
         "--clone-episodes",
         type=int,
         help="warm start: before PPO, clone the heuristic (the task's tuned one; --heuristic.KNOB changes it) from "
-        "this many of its episodes (default 0); given with --resume, a cloning before the resumed PPO goes on",
+        "this many of its episodes (default 0); given with --resume into a new --run-dir, a cloning before the resumed "
+        "PPO goes on",
     )
     p.add_argument(
         "--clone-decisions",
