@@ -16,7 +16,14 @@ from conftest import make_env, tiny_shapes_task
 from esper.kasmina import Topology
 from esper.leyline import BlendSchedule, Decision, LifecycleOp
 from esper.scripts.train import main
-from esper.simic.cloning import clone, cloning_batch, cloning_losses, demonstrate, is_keep_cull_decision
+from esper.simic.cloning import (
+    clone,
+    cloning_batch,
+    cloning_losses,
+    demonstrate,
+    is_keep_cull_decision,
+    is_verdict,
+)
 from esper.simic.loop import make_learner
 from esper.simic.rewards import RewardConfig, RewardFunction
 from esper.tamiyo import HeuristicConfig, HeuristicController, PolicySpaces, tuned_heuristic
@@ -226,6 +233,66 @@ def test_keep_cull_cloning_fits_the_probationary_decisions_only() -> None:
     assert after.action_nll < before.action_nll
 
 
+@pytest.mark.slow
+def test_a_verdicts_cloning_fits_the_fossilizations_and_culls_of_probationary_seeds_only() -> None:
+    """The verdicts are the keep/cull decisions that are not a WAIT; cloning `verdicts` fits
+    those steps' actions only, so what the demonstrator did at its other keep/cull steps (the
+    waits that pulled v17's op head to WAIT everywhere) leaves its loss unchanged."""
+    env = make_env(max_epochs=10)
+    spaces = PolicySpaces.derive(Topology.CNN, SLOTS)
+    recording = Recording(eager_heuristic(env))
+    demo = demonstrate(env, recording, spaces, RewardFunction(RewardConfig(), 1.0), rng_seed=0, episode=0)
+    verdicts = [
+        d.op in (LifecycleOp.FOSSILIZE, LifecycleOp.CULL) and d.slot in {s.name for _, s in scored_slots(signals)}
+        for signals, d in recording.seen
+    ]
+    assert demo.verdict.tolist() == verdicts
+    assert 0 < int(demo.verdict.sum()) < int(demo.keep_cull.sum())
+    assert not bool((demo.verdict & ~demo.keep_cull).any())
+    waits = demo.keep_cull & ~demo.verdict
+    elsewhere = demo.actions.clone()
+    elsewhere[waits, 0] = int(LifecycleOp.CULL)
+    other = replace(demo, actions=elsewhere)
+    learner = make_learner(spaces, hidden=16, learning_rate=1e-3, rng_seed=0)
+    for decisions, same in (("verdicts", True), ("keep-cull", False)):
+        with torch.no_grad():
+            nll, _ = cloning_losses(learner.policy, cloning_batch(learner, [demo], decisions))
+            other_nll, _ = cloning_losses(learner.policy, cloning_batch(learner, [other], decisions))
+        assert (float(nll) == float(other_nll)) is same, decisions
+    before, after = clone(learner, [demo], steps=60, learning_rate=3e-3, decisions="verdicts")
+    assert before.cloned_steps == after.cloned_steps == int(demo.verdict.sum())
+    assert after.agreement == 1.0
+
+
+@pytest.mark.slow
+def test_a_cull_cloning_fits_only_whether_to_cull() -> None:
+    """`cull` fits, at every step where CULL was open, whether the demonstrator culled (and the
+    slot when it did): which other op it took instead (wait, germinate, fossilize) does not change
+    the loss, a cull in their place does, and the fit reproduces the cull-or-not."""
+    env = make_env(max_epochs=10)
+    spaces = PolicySpaces.derive(Topology.CNN, SLOTS)
+    demo = demonstrate(env, eager_heuristic(env), spaces, RewardFunction(RewardConfig(), 1.0), rng_seed=0, episode=0)
+    cull_open = demo.masks[:, int(LifecycleOp.CULL)]
+    assert 0 < int(cull_open.sum()) < len(cull_open)
+    learner = make_learner(spaces, hidden=16, learning_rate=1e-3, rng_seed=0)
+
+    def nll(actions: torch.Tensor) -> float:
+        with torch.no_grad():
+            return float(
+                cloning_losses(learner.policy, cloning_batch(learner, [replace(demo, actions=actions)], "cull"))[0]
+            )
+
+    step = int(torch.nonzero(cull_open & (demo.actions[:, 0] != int(LifecycleOp.CULL)))[0])
+    other_op, culled = demo.actions.clone(), demo.actions.clone()
+    other_op[step, 0] = int(LifecycleOp.GERMINATE) if demo.actions[step, 0] == 0 else 0
+    culled[step, 0] = int(LifecycleOp.CULL)
+    assert nll(other_op) == nll(demo.actions) != nll(culled)
+    taught = replace(demo, actions=culled)
+    before, after = clone(learner, [taught], steps=80, learning_rate=3e-3, decisions="cull")
+    assert before.cloned_steps == int(cull_open.sum())
+    assert after.agreement == 1.0 > before.agreement
+
+
 def test_a_germination_beside_a_probationary_seed_is_not_a_keep_cull_decision() -> None:
     """The decisions about another slot, taken while a seed is on probation, are not keep/cull
     decisions, so a keep/cull cloning does not fit them."""
@@ -243,6 +310,9 @@ def test_a_germination_beside_a_probationary_seed_is_not_a_keep_cull_decision() 
     assert is_keep_cull_decision(signals, Decision(LifecycleOp.CULL, seed.name))
     assert not is_keep_cull_decision(signals, Decision(LifecycleOp.CULL, other))
     assert not is_keep_cull_decision(signals, Decision(LifecycleOp.GERMINATE, other, "conv_heavy"))
+    assert is_verdict(signals, Decision(LifecycleOp.CULL, seed.name))
+    assert not is_verdict(signals, Decision.wait())
+    assert not is_verdict(signals, Decision(LifecycleOp.CULL, other))
 
 
 def test_keep_cull_cloning_refuses_demonstrations_without_a_keep_cull_decision() -> None:
@@ -253,11 +323,13 @@ def test_keep_cull_cloning_refuses_demonstrations_without_a_keep_cull_decision()
     learner = make_learner(spaces, hidden=16, learning_rate=1e-3, rng_seed=0)
     with pytest.raises(ValueError, match="no keep/cull decision"):
         clone(learner, [demo], steps=1, learning_rate=1e-3, decisions="keep-cull")
+    with pytest.raises(ValueError, match="no verdict"):
+        clone(learner, [demo], steps=1, learning_rate=1e-3, decisions="verdicts")
 
 
 def test_an_unknown_clone_decisions_value_is_a_one_line_error(tiny_shapes, workdir: Path, capsys) -> None:
     line = check_usage_error(capsys, ["ppo", "--clone-episodes", "1", "--clone-decisions", "probation"], "probation")
-    assert "all keep-cull" in line
+    assert "all keep-cull verdicts cull" in line
     assert not Path("runs").exists()
 
 

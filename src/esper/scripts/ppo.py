@@ -53,6 +53,8 @@ from esper.scripts.config import (
 from esper.scripts.signals import GracefulStop, StopRequested
 from esper.simic import CheckpointError
 from esper.simic.checkpoint import (
+    POLICY_KEYS,
+    check_compatible,
     check_resumable,
     checkpoint_path,
     checkpoint_payload,
@@ -66,7 +68,7 @@ from esper.simic.cloning import CLONED_DECISIONS, NothingToClone, clone, demonst
 from esper.simic.distributed import SINGLE_PROCESS, DistContext, init_distributed
 from esper.simic.loop import Learner
 from esper.simic.morphogenetic_envs import MorphogeneticEnvs, TrainerConfig, build_trainer, run_round
-from esper.tamiyo import HeuristicController, PolicySpaces
+from esper.tamiyo import HeuristicController, PolicySpaces, trained_policy_path
 from esper.tolaria import DEFAULT_TASK, EnvConfig, TaskSpec
 from esper.tolaria.datasets import TaskData
 from esper.tolaria.training import PRECISIONS
@@ -94,6 +96,7 @@ DEFAULTS: dict[str, Any] = {
     "clone_steps": 300,
     "clone_lr": 1e-3,
     "clone_decisions": "all",
+    "init_policy": None,
 }
 """Settings of a new run, as given (None: derived from the task). A resumed run takes them from
 its checkpoint instead, so a default stays a default if the task changes; a config file's
@@ -125,6 +128,12 @@ def add_ppo_parser(sub: argparse._SubParsersAction) -> None:
         "one of --run-dir, starting fresh if it has none (settings and knobs come from the checkpoint unless given)",
     )
     p.add_argument(
+        "--init-policy",
+        help="start this new run from a trained policy: a checkpoint, a policy file or a shipped policy's name "
+        "(e.g. shapes); its weights, observation statistics and training seeds (which eval refuses and a cloning "
+        "skips) carry over, the optimizer and the counters start fresh",
+    )
+    p.add_argument(
         "--clone-episodes",
         type=int,
         help="warm start: before PPO, clone the heuristic (the task's tuned one; --heuristic.KNOB changes it) from "
@@ -133,8 +142,10 @@ def add_ppo_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--clone-decisions",
-        help="which decisions of the heuristic's episodes to clone: all, or keep-cull (those at which a slot holds "
-        "a probationary seed with a measured contribution) (default all)",
+        help="which decisions of the heuristic's episodes to clone: all; keep-cull (those about a probationary seed "
+        "with a measured contribution: wait, fossilize or cull it); or verdicts (only its fossilizations and culls "
+        "of such seeds); or cull (at every step where a seed could be culled, only whether to cull it, and which) "
+        "(default all)",
     )
     p.add_argument("--clone-steps", type=int, help="full-batch Adam steps of the cloning (default 300)")
     p.add_argument("--clone-lr", type=float, help="learning rate of the cloning (default 1e-3)")
@@ -170,6 +181,9 @@ class PPORun:
     clones again, so a command repeated after a crash (`--resume last`) is safe."""
     clonings: list[dict[str, Any]] = field(default_factory=list)
     """Every cloning the run's policy has had, oldest first (carried by its checkpoints)."""
+    init_policy: dict[str, Any] | None = None
+    """`--init-policy`: the policy file a new run starts from (None when resumed: the checkpoint
+    holds the learner)."""
 
 
 # --------------------------------------------------------------------------- resolving arguments
@@ -188,8 +202,16 @@ def resolve_ppo(args: argparse.Namespace, rest: Sequence[str] = (), ctx: DistCon
     slots = resolve_slots(task, settings["slots"])
     blueprints = resolve_blueprints(task, settings["blueprints"], blueprint_names(task.topology))
     config = trainer_config(settings, knobs)
+    spaces = PolicySpaces.derive(task.topology, task.slot_names, blueprints).signature()
+    init_policy = None
+    if resume is not None and args.init_policy not in (None, resume["settings"].get("init_policy")):
+        raise UsageError(
+            f"--init-policy {args.init_policy}: a resumed run goes on from its checkpoint's policy; "
+            "--init-policy starts a new run"
+        )
+    if resume is None and settings["init_policy"] is not None:
+        init_policy = read_init_policy(settings["init_policy"], task.name, settings["hidden"], spaces)
     if resume is not None:
-        spaces = PolicySpaces.derive(task.topology, task.slot_names, blueprints).signature()
         # A run directory whose last checkpoint is its last round but which has no summary (killed
         # in between; `check_not_finished` passed) is resumed to write it; a checkpoint file is not.
         try:
@@ -228,8 +250,29 @@ def resolve_ppo(args: argparse.Namespace, rest: Sequence[str] = (), ctx: DistCon
         settings, task, data, env, devices, policy_device, config, blueprints, knobs, run_dir, resume, resume_path,
         args.quiet, ctx, tracking_project(args), set_aside, restart_in_place,
         clone_now=settings["clone_episodes"] > 0 and (resume is None or (branched and args.clone_episodes is not None)),
-        clonings=past_clonings(resume),
+        clonings=past_clonings(resume or init_policy),
+        init_policy=init_policy,
     )  # fmt: skip
+
+
+def read_init_policy(name: str, task: str, hidden: int, spaces: dict[str, Any]) -> dict[str, Any]:
+    """The `--init-policy` file (a shipped policy's name or a path), read as acting reads it, and
+    checked to fit the run: its task, its network's width and this run's spaces."""
+    path = trained_policy_path(name) or Path(name)
+    try:
+        payload = read_checkpoint(path, POLICY_KEYS)
+        check_compatible(path, payload["spaces"], spaces)
+    except CheckpointError as exc:
+        raise UsageError(f"--init-policy: {exc}") from None
+    if payload["settings"]["task"] != task:
+        trained_on = payload["settings"]["task"]
+        raise UsageError(f"--init-policy {name}: the policy was trained on task {trained_on!r}, not {task!r}")
+    if int(payload["trainer"]["hidden"]) != hidden:
+        raise UsageError(
+            f"--init-policy {name}: the policy has --hidden {payload['trainer']['hidden']}, this run {hidden}; "
+            f"pass --hidden {payload['trainer']['hidden']}"
+        )
+    return payload
 
 
 def past_clonings(resume: dict[str, Any] | None) -> list[dict[str, Any]]:
@@ -406,9 +449,14 @@ def build(run: PPORun, emit) -> tuple[MorphogeneticEnvs, Learner]:
     envs, learner = build_trainer(
         run.config, run.env, run.data, run.devices, run.policy_device, run.blueprints, run.ctx, emit
     )
+    start = run.resume or run.init_policy
     if run.resume is not None:
         load_learner_state(learner, run.resume["learner"], run.ctx)
-        envs.trained_rng_seeds = [int(seed) for seed in run.resume["training_seeds"]]
+    elif run.init_policy is not None:
+        learner.policy.load_state_dict(run.init_policy["learner"]["policy"])
+        learner.obs_norm.load_state_dict(run.init_policy["learner"]["obs_norm"])
+    if start is not None:
+        envs.trained_rng_seeds = [int(seed) for seed in start["training_seeds"]]
     return envs, learner
 
 
@@ -455,7 +503,7 @@ def warm_start(run: PPORun, envs: MorphogeneticEnvs, learner: Learner, quiet: bo
         }
     )
     if not quiet:
-        which = "" if decisions == "all" else f", their {after.cloned_steps} keep/cull decisions"
+        which = "" if decisions == "all" else f", their {after.cloned_steps} {decisions} decisions"
         print(
             f"warm start: cloned {n} heuristic episodes (seeds {first}..{first + n - 1}){which}: greedy agreement "
             f"{before.agreement:.2f} -> {after.agreement:.2f}, action NLL {before.action_nll:.3f} -> "
@@ -626,6 +674,8 @@ def save_grown_networks(folder: Path, envs: MorphogeneticEnvs, round_index: int)
 def start_line(run: PPORun, envs: MorphogeneticEnvs, learner: Learner, remaining: int) -> str:
     ranks = f" per rank x {run.ctx.world_size} ranks" if run.ctx.enabled else ""
     resumed = f", resumed from {run.resume_path} (round {learner.round})" if run.resume_path else ""
+    if run.init_policy is not None:
+        resumed += f", starting from policy {run.settings['init_policy']}"
     return (
         f"esper ppo: task {run.task.name}, {remaining} episode(s) to go of {run.config.episodes}, "
         f"{run.config.n_envs} envs{ranks} x {run.env.max_epochs} epochs, "

@@ -35,6 +35,7 @@ from esper.simic.loop import Learner
 from esper.simic.rewards import RewardFunction
 from esper.tamiyo import PolicySpaces, RecurrentPolicy
 from esper.tamiyo.diagnostics import scored_slots
+from esper.tamiyo.distributions import MaskedCategorical, evaluate_factored
 from esper.tolaria.environment import MorphogeneticEnv
 from esper.tolaria.episode import Controller
 
@@ -55,6 +56,8 @@ class Demonstration:
     """(T,) float32 under the run's reward."""
     keep_cull: torch.Tensor
     """(T,) bool: a keep/cull decision (`is_keep_cull_decision`)."""
+    verdict: torch.Tensor
+    """(T,) bool: a verdict on a scored seed, FOSSILIZE or CULL of it (`is_verdict`)."""
 
     @property
     def returns(self) -> torch.Tensor:
@@ -75,7 +78,7 @@ def demonstrate(
     is the seed's) runs first and is the twin the rewards subtract."""
     actions_space, thresholds = spaces.actions, env.config.thresholds
     head_active = actions_space.head_active_table()
-    obs, actions, masks, active, rewards, keep_cull = [], [], [], [], [], []
+    obs, actions, masks, active, rewards, keep_cull, verdict = [], [], [], [], [], [], []
     static = static_accuracies(env, rng_seed, episode) if reward.config.static_baseline else None
     signals = env.reset(rng_seed, episode)
     controller.reset()
@@ -92,6 +95,7 @@ def demonstrate(
         masks.append(torch.cat(heads))
         active.append(on)
         keep_cull.append(is_keep_cull_decision(signals, decision))
+        verdict.append(is_verdict(signals, decision))
         result = env.step(decision)
         controller.record_step(decision, result.changes)
         static_gain = None if static is None else static[len(rewards) + 1] - static[len(rewards)]
@@ -105,6 +109,7 @@ def demonstrate(
         torch.stack(active),
         torch.tensor(rewards),
         torch.tensor(keep_cull, dtype=torch.bool),
+        torch.tensor(verdict, dtype=torch.bool),
     )
 
 
@@ -119,6 +124,14 @@ def is_keep_cull_decision(signals: TrainingSignals, decision: Decision) -> bool:
     )
 
 
+def is_verdict(signals: TrainingSignals, decision: Decision) -> bool:
+    """FOSSILIZE or CULL of a slot holding a scored probationary seed: a keep/cull decision that
+    is not a WAIT."""
+    return decision.op in (LifecycleOp.FOSSILIZE, LifecycleOp.CULL) and decision.slot in {
+        s.name for _, s in scored_slots(signals)
+    }
+
+
 def static_accuracies(env: MorphogeneticEnv, rng_seed: int, episode: int) -> list[float]:
     """The selection accuracy of the static host on `rng_seed`, after each epoch from 0 to the end."""
     curve = [env.reset(rng_seed, episode).val_accuracy]
@@ -130,8 +143,10 @@ def static_accuracies(env: MorphogeneticEnv, rng_seed: int, episode: int) -> lis
     return curve
 
 
-CLONED_DECISIONS = ("all", "keep-cull")
-"""Which demonstrated steps a cloning fits the actions of: every one, or the keep/cull decisions."""
+CLONED_DECISIONS = ("all", "keep-cull", "verdicts", "cull")
+"""Which demonstrated decisions a cloning fits: every action, the keep/cull decisions, only the
+verdicts among them (fossilize or cull, not wait), or at every step where CULL was open only
+whether to cull (and which slot)."""
 
 
 class NothingToClone(ValueError):
@@ -162,6 +177,8 @@ class CloningBatch:
     returns: torch.Tensor
     cloned: torch.Tensor
     """(V,) bool: the valid steps whose actions are fitted."""
+    decisions: str = "all"
+    """Which decisions (`CLONED_DECISIONS`): `cull` fits the cull-or-not, the others whole actions."""
 
 
 def cloning_batch(learner: Learner, demonstrations: list[Demonstration], decisions: str = "all") -> CloningBatch:
@@ -195,18 +212,50 @@ def cloning_batch(learner: Learner, demonstrations: list[Demonstration], decisio
         masks=steps([d.masks for d in demonstrations]),
         active=steps([d.head_active for d in demonstrations]).float(),
         returns=steps([d.returns for d in demonstrations]),
-        cloned=steps(
-            [d.keep_cull if decisions == "keep-cull" else torch.ones_like(d.keep_cull) for d in demonstrations]
-        ),
+        cloned=steps([cloned_steps(d, decisions) for d in demonstrations]),
+        decisions=decisions,
     )
 
 
+def cloned_steps(demonstration: Demonstration, decisions: str) -> torch.Tensor:
+    """(T,) bool: the steps of `demonstration` whose actions a cloning of `decisions` fits."""
+    if decisions == "keep-cull":
+        return demonstration.keep_cull
+    if decisions == "verdicts":
+        return demonstration.verdict
+    if decisions == "cull":  # every step at which CULL was open (the op head's mask)
+        return demonstration.masks[:, int(LifecycleOp.CULL)].clone()
+    return torch.ones_like(demonstration.keep_cull)
+
+
 def cloning_losses(policy: RecurrentPolicy, batch: CloningBatch) -> tuple[torch.Tensor, torch.Tensor]:
-    """(action NLL, value loss) of the demonstrations under `policy`."""
+    """(action NLL, value loss) of the demonstrations under `policy`: for a `cull` cloning the
+    NLL is that of the cull-or-not choice (`cull_nll`)."""
     state = policy.initial_state(batch.obs.shape[1], batch.obs.device)
-    evaluation = policy.evaluate(batch.obs, state, batch.starts, batch.valid, batch.masks, batch.actions)
-    nll = -(evaluation.log_probs * batch.active).sum(-1)[batch.cloned].mean()
-    return nll, 0.5 * (evaluation.values - batch.returns).square().mean()
+    logits, values, _ = policy(batch.obs, state, batch.starts)
+    step_logits = [head_logits[batch.valid] for head_logits in logits]
+    log_probs, _ = evaluate_factored(step_logits, batch.masks, batch.actions)
+    value_loss = 0.5 * (values[batch.valid] - batch.returns).square().mean()
+    if batch.decisions == "cull":
+        return cull_nll(step_logits[0], log_probs, batch), value_loss
+    return -(log_probs * batch.active).sum(-1)[batch.cloned].mean(), value_loss
+
+
+def cull_nll(op_logits: torch.Tensor, log_probs: torch.Tensor, batch: CloningBatch) -> torch.Tensor:
+    """The NLL of the demonstrator's cull-or-not at the steps where CULL was open: log P(CULL)
+    plus log P(its slot) where it culled, log P(any other op) where it did not. Why this and not
+    its whole action: the odds among the other ops (when to grow, when to fossilize) are left as
+    PPO learned them, and the steps where it kept a seed teach not to cull it as much as its
+    culls teach culling (a cloning of its culls alone taught v18 to cull everything)."""
+    cull = int(LifecycleOp.CULL)
+    op_mask = batch.masks[:, : op_logits.shape[-1]]
+    op_log_probs = MaskedCategorical(op_logits, op_mask).log_probs_all
+    others = op_mask.clone()
+    others[:, cull] = False
+    log_not_cull = op_log_probs.masked_fill(~others, float("-inf")).logsumexp(-1)
+    culled = batch.actions[:, 0] == cull
+    per_step = torch.where(culled, op_log_probs[:, cull] + log_probs[:, 1], log_not_cull)
+    return -per_step[batch.cloned].mean()
 
 
 @torch.no_grad()
@@ -219,7 +268,14 @@ def measure(policy: RecurrentPolicy, batch: CloningBatch) -> CloningStats:
         head_masks = batch.masks[:, offset : offset + n]
         greedy.append(head_logits[batch.valid].masked_fill(~head_masks, float("-inf")).argmax(-1))
         offset += n
-    match = ((torch.stack(greedy, -1) == batch.actions) | ~batch.active.bool()).all(-1)[batch.cloned]
+    chosen = torch.stack(greedy, -1)
+    match = ((chosen == batch.actions) | ~batch.active.bool()).all(-1)
+    if batch.decisions == "cull":  # the cull-or-not, and the slot of a cull
+        culled, cull = batch.actions[:, 0] == int(LifecycleOp.CULL), int(LifecycleOp.CULL)
+        match = torch.where(
+            culled, (chosen[:, 0] == cull) & (chosen[:, 1] == batch.actions[:, 1]), chosen[:, 0] != cull
+        )
+    match = match[batch.cloned]
     return CloningStats(float(nll), float(match.float().mean()), float(value_loss), int(batch.cloned.sum()))
 
 
@@ -233,14 +289,15 @@ def clone(
 ) -> tuple[CloningStats, CloningStats]:
     """Fit the learner's policy to `demonstrations` with `steps` full-batch Adam steps (an
     optimizer of its own, so PPO's starts with no moments from another loss); the fit
-    (before, after). `decisions="keep-cull"` fits the actions of the keep/cull decisions only;
-    demonstrations with none are refused (there would be nothing to fit)."""
+    (before, after). `decisions` (`CLONED_DECISIONS`) picks what is fitted; demonstrations with
+    none of it are refused (there would be nothing to fit)."""
     batch = cloning_batch(learner, demonstrations, decisions)
     if not bool(batch.cloned.any()):
-        raise NothingToClone(
-            f"the {len(demonstrations)} demonstrations hold no keep/cull decision (no seed reached probation "
-            "with a measured contribution)"
-        )
+        what = {
+            "verdicts": "verdict (fossilize or cull of a seed on probation with a measured contribution)",
+            "cull": "step at which a seed could be culled",
+        }.get(decisions, "keep/cull decision (about a seed on probation with a measured contribution)")
+        raise NothingToClone(f"the {len(demonstrations)} demonstrations hold no {what}")
     policy = learner.policy
     optimizer = torch.optim.Adam(policy.parameters(), lr=learning_rate, eps=1e-5)
     before = measure(policy.eval(), batch)
