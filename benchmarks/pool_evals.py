@@ -9,7 +9,10 @@ on their results.
 
 A controller may go by another name in some files (a checkpoint path before it shipped): give
 every name it has (`--a policy:shapes --a policy:/tmp/recipe/v12/checkpoints/round-0008.pt`; the
-first is the one reported); each file must hold exactly one of them. Prints JSON.
+first is the one reported); each file must hold exactly one of them. Where one name means
+different controllers in different files (one checkpoint path reused by two runs), `NAME@FILE`
+makes an alias count only in the file whose name is FILE (`--a policy:/tmp/v12/round-0008.pt@eval_a.json`).
+Prints JSON.
 """
 
 from __future__ import annotations
@@ -22,7 +25,22 @@ from pathlib import Path
 from esper.karn.stats import estimate, paired_difference
 
 
+def names_for(names: list[str], path: str) -> list[str]:
+    """The names that count in the file at `path`: every plain name, and each `NAME@FILE` whose
+    FILE is that file's name (or its path as given)."""
+    usable = []
+    for name in names:
+        alias, at, file = name.rpartition("@")
+        if at and file.endswith(".json"):
+            if file in (path, Path(path).name):
+                usable.append(alias)
+        else:
+            usable.append(name)
+    return usable
+
+
 def controller_in(run: dict, names: list[str], path: str) -> dict:
+    names = names_for(names, path)
     found = [name for name in names if name in run["controllers"]]
     if len(found) != 1:
         held = " ".join(run["controllers"])
@@ -51,8 +69,8 @@ def pool(paths: list[str], a_names: list[str], b_names: list[str]) -> dict:
         diff = paired_difference(a["test_accuracy"], b["test_accuracy"])
         per_file.append({"file": path, "seeds": [run["seeds"][0], run["seeds"][-1]], "a_minus_b": diff.to_json()})
     return {
-        "a": a_names[0],
-        "b": b_names[0],
+        "a": a_names[0].rpartition("@")[0] if a_names[0].endswith(".json") else a_names[0],
+        "b": b_names[0].rpartition("@")[0] if b_names[0].endswith(".json") else b_names[0],
         "n_seeds": len(seeds),
         "a_minus_b_test_accuracy": paired_difference(a_acc, b_acc).to_json(),
         "a_ahead_on": sum(x > y for x, y in zip(a_acc, b_acc, strict=True)),

@@ -55,3 +55,19 @@ def test_repeated_seeds_or_a_missing_controller_are_refused(tmp_path: Path) -> N
         pool([one, again], ["p"], ["h"])
     with pytest.raises(SystemExit, match="holds 0 of q"):
         pool([one], ["q"], ["h"])
+
+
+def test_an_alias_given_with_its_file_counts_in_that_file_only(tmp_path: Path) -> None:
+    """One checkpoint path named two different policies in two runs: `NAME@FILE` pools the one
+    of FILE, and the same name in another file is not taken for it."""
+    pool = load_script().pool
+    first = eval_file(tmp_path / "a.json", [0], {"policy:shapes": ([70.0], [1]), "h": ([69.0], [0])})
+    mixed = {"policy:shapes": ([65.0], [1]), "policy:/tmp/x.pt": ([66.0], [1]), "h": ([64.0], [0])}
+    second = eval_file(tmp_path / "b.json", [1], mixed)
+    other = eval_file(tmp_path / "c.json", [2], {"policy:/tmp/x.pt": ([50.0], [1]), "h": ([64.0], [0])})
+    names = ["policy:shapes", "policy:/tmp/x.pt@a.json"]
+    pooled = pool([first, second], names, ["h"])
+    assert pooled["a"] == "policy:shapes"
+    assert pooled["a_minus_b_test_accuracy"]["mean"] == pytest.approx((1.0 + 1.0) / 2)
+    with pytest.raises(SystemExit, match="holds 0 of"):
+        pool([other], names, ["h"])
