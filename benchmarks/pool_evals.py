@@ -25,17 +25,20 @@ from pathlib import Path
 from esper.karn.stats import estimate, paired_difference
 
 
+def split_alias(name: str) -> tuple[str, str | None]:
+    """(NAME, FILE) of `NAME@FILE`; (name, None) for a plain name."""
+    alias, at, file = name.rpartition("@")
+    return (alias, file) if at and file.endswith(".json") else (name, None)
+
+
 def names_for(names: list[str], path: str) -> list[str]:
     """The names that count in the file at `path`: every plain name, and each `NAME@FILE` whose
-    FILE is that file's name (or its path as given)."""
+    FILE is that file's path as given, or its name."""
     usable = []
     for name in names:
-        alias, at, file = name.rpartition("@")
-        if at and file.endswith(".json"):
-            if file in (path, Path(path).name):
-                usable.append(alias)
-        else:
-            usable.append(name)
+        alias, file = split_alias(name)
+        if file is None or file in (path, Path(path).name):
+            usable.append(alias)
     return usable
 
 
@@ -69,8 +72,8 @@ def pool(paths: list[str], a_names: list[str], b_names: list[str]) -> dict:
         diff = paired_difference(a["test_accuracy"], b["test_accuracy"])
         per_file.append({"file": path, "seeds": [run["seeds"][0], run["seeds"][-1]], "a_minus_b": diff.to_json()})
     return {
-        "a": a_names[0].rpartition("@")[0] if a_names[0].endswith(".json") else a_names[0],
-        "b": b_names[0].rpartition("@")[0] if b_names[0].endswith(".json") else b_names[0],
+        "a": split_alias(a_names[0])[0],
+        "b": split_alias(b_names[0])[0],
         "n_seeds": len(seeds),
         "a_minus_b_test_accuracy": paired_difference(a_acc, b_acc).to_json(),
         "a_ahead_on": sum(x > y for x, y in zip(a_acc, b_acc, strict=True)),

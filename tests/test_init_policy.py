@@ -4,6 +4,7 @@ seeds; and the one-line errors for a policy that does not fit the run."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -52,7 +53,10 @@ def test_a_run_started_from_a_policy_file_acts_with_its_weights_and_skips_its_se
     # repeating the command after a crash resumes; it does not start from the file again
     again = ["ppo", "--resume", "last", "--run-dir", "second", "--episodes", "2", "--init-policy", str(first_run)]
     assert main([*again, "--quiet"]) == 0
-    assert torch.load("second/checkpoints/round-0002.pt", weights_only=True)["learner"]["episodes_done"] == 2
+    resumed = torch.load("second/checkpoints/round-0002.pt", weights_only=True)
+    assert resumed["learner"]["episodes_done"] == 2
+    assert resumed["learner"]["obs_norm"]["count"] > second["learner"]["obs_norm"]["count"]
+    assert resumed["training_seeds"] == [6, 7, 5, 8, 5, 6]
 
 
 def test_a_policy_that_does_not_fit_the_run_is_a_one_line_error(first_run: Path, capsys) -> None:
@@ -62,4 +66,6 @@ def test_a_policy_that_does_not_fit_the_run_is_a_one_line_error(first_run: Path,
     check_usage_error(capsys, [*args, "--init-policy", str(first_run), "--hidden", "16"], "--hidden 128, this run 16")
     resumed = ["ppo", "--resume", "first/checkpoints/round-0001.pt", "--episodes", "2", "--run-dir", "bad"]
     check_usage_error(capsys, [*resumed, "--init-policy", str(first_run)], "--init-policy starts a new run")
+    Path("init.json").write_text(json.dumps({"init_policy": str(first_run)}))
+    check_usage_error(capsys, [*resumed, "--config", "init.json"], "--init-policy starts a new run")
     assert not Path("bad").exists()

@@ -204,9 +204,9 @@ def resolve_ppo(args: argparse.Namespace, rest: Sequence[str] = (), ctx: DistCon
     config = trainer_config(settings, knobs)
     spaces = PolicySpaces.derive(task.topology, task.slot_names, blueprints).signature()
     init_policy = None
-    if resume is not None and args.init_policy not in (None, resume["settings"].get("init_policy")):
+    if resume is not None and settings["init_policy"] != resume["settings"].get("init_policy"):
         raise UsageError(
-            f"--init-policy {args.init_policy}: a resumed run goes on from its checkpoint's policy; "
+            f"--init-policy {settings['init_policy']}: a resumed run goes on from its checkpoint's policy; "
             "--init-policy starts a new run"
         )
     if resume is None and settings["init_policy"] is not None:

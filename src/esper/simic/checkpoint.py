@@ -101,7 +101,9 @@ def policy_only(payload: dict[str, Any]) -> dict[str, Any]:
     statistics, the run's settings, knobs, spaces and training seeds, without the optimizer and
     RNG states a resume needs (a third of the size), and the clonings it had. Evaluation reads it as
     it reads the checkpoint; `esper ppo --init-policy` starts a new run from it."""
-    cut = {key: payload[key] for key in ("format", *POLICY_KEYS, "clonings") if key in payload}
+    cut = {key: payload[key] for key in ("format", *POLICY_KEYS)}
+    if "clonings" in payload:
+        cut["clonings"] = payload["clonings"]
     cut["learner"] = {key: payload["learner"][key] for key in POLICY_KEYS["learner"]}
     cut["trainer"] = {key: payload["trainer"][key] for key in POLICY_KEYS["trainer"]}
     return cut

@@ -156,7 +156,8 @@ class NothingToClone(ValueError):
 @dataclass(frozen=True)
 class CloningStats:
     action_nll: float
-    """Mean negative log-likelihood of a cloned action (the sum over its active heads)."""
+    """Mean negative log-likelihood of a cloned action (the sum over its active heads; for a
+    `cull` cloning, of the cull-or-not and the slot of a cull)."""
     agreement: float
     """Fraction of cloned steps whose greedy action (active heads) is the demonstrated one."""
     value_loss: float
