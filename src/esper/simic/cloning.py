@@ -114,14 +114,11 @@ def demonstrate(
 
 
 def is_keep_cull_decision(signals: TrainingSignals, decision: Decision) -> bool:
-    """A slot holds a scored probationary seed, and the decision is about it: WAIT, or FOSSILIZE
-    or CULL of a scored slot."""
-    scored = {s.name for _, s in scored_slots(signals)}
-    if not scored:
-        return False
-    return decision.op is LifecycleOp.WAIT or (
-        decision.op in (LifecycleOp.FOSSILIZE, LifecycleOp.CULL) and decision.slot in scored
-    )
+    """A slot holds a scored probationary seed, and the decision is about it: WAIT, or a verdict
+    on it (`is_verdict`)."""
+    if decision.op is LifecycleOp.WAIT:
+        return bool(scored_slots(signals))
+    return is_verdict(signals, decision)
 
 
 def is_verdict(signals: TrainingSignals, decision: Decision) -> bool:
