@@ -14,9 +14,10 @@ from hypothesis import strategies as st
 import esper.scripts.ppo as ppo_script
 from conftest import make_env, tiny_shapes_task
 from esper.kasmina import Topology
-from esper.leyline import BlendSchedule, Decision, LifecycleOp
+from esper.leyline import BlendSchedule, Decision, LifecycleOp, SeedStage
 from esper.scripts.train import main
 from esper.simic.cloning import (
+    SignCulls,
     clone,
     cloning_batch,
     cloning_losses,
@@ -30,6 +31,8 @@ from esper.tamiyo import HeuristicConfig, HeuristicController, PolicySpaces, tun
 from esper.tamiyo.diagnostics import scored_slots
 from esper.tolaria import TASKS
 from test_cli import check_usage_error, plateau_task
+from test_heuristic import signals
+from test_heuristic import slot as heuristic_slot
 
 SLOTS = ("early", "mid", "late")
 
@@ -365,3 +368,77 @@ def test_a_keep_cull_cloning_with_nothing_to_clone_is_a_one_line_error(tiny_shap
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and "--clone-decisions keep-cull" in err[0] and "no keep/cull decision" in err[0], err
     assert "--max-epochs" in err[0]
+
+
+class FixedPolicy:
+    """A stand-in for a `PolicyController` that always decides `decision`, and counts its calls."""
+
+    def __init__(self, decision: Decision) -> None:
+        self.decision, self.calls = decision, 0
+
+    def reset(self) -> None: ...
+
+    def as_trained(self, signals):
+        return signals
+
+    def decide(self, signals) -> Decision:
+        self.calls += 1
+        return self.decision
+
+    def record_step(self, decision, changes) -> None: ...
+
+
+STAGES = [SeedStage.DORMANT, SeedStage.TRAINING, SeedStage.BLENDING, SeedStage.PROBATIONARY]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(STAGES), st.none() | st.floats(min_value=-1, max_value=1)),
+        min_size=3,
+        max_size=3,
+    ),
+    st.sampled_from([LifecycleOp.WAIT, LifecycleOp.CULL, LifecycleOp.FOSSILIZE]),
+    st.sampled_from(SLOTS),
+)
+def test_sign_culls_culls_exactly_the_probationary_seeds_at_or_below_zero(slots, op, target) -> None:
+    """Where a probationary seed's contribution is <= 0 the teacher culls it (the first such
+    slot); it never culls a probationary seed above zero (it waits instead); everywhere else it
+    decides as the policy did, and it always asks the policy (its LSTM state follows the episode)."""
+    state = signals(
+        [
+            heuristic_slot(name, stage, None if stage is SeedStage.DORMANT else contribution)
+            for name, (stage, contribution) in zip(SLOTS, slots, strict=True)
+        ]
+    )
+    inner = FixedPolicy(Decision.wait() if op is LifecycleOp.WAIT else Decision(op, target))
+    decision = SignCulls(inner).decide(state)  # type: ignore[arg-type]
+    assert inner.calls == 1
+    scored = {s.name: s.contribution for _, s in scored_slots(state)}
+    harmful = [name for name in SLOTS if name in scored and scored[name] <= 0]
+    if harmful:
+        assert (decision.op, decision.slot) == (LifecycleOp.CULL, harmful[0])
+    elif op is LifecycleOp.CULL and target in scored:
+        assert decision.op is LifecycleOp.WAIT
+    else:
+        assert decision is inner.decision
+
+
+def test_an_unknown_clone_teacher_is_a_one_line_error(tiny_shapes, workdir: Path, capsys) -> None:
+    line = check_usage_error(capsys, ["ppo", "--clone-episodes", "1", "--clone-teacher", "oracle"], "oracle")
+    assert "heuristic sign-culls" in line
+    assert not Path("runs").exists()
+
+
+@pytest.mark.slow
+def test_ppo_clones_its_own_policy_with_sign_culls(tiny_shapes, workdir: Path, capsys) -> None:
+    """A sign-culls cloning records the run's own policy's episodes on the seeds after its PPO
+    seeds, says so, and the checkpoint names the teacher and counts the seeds as trained on."""
+    argv = ["ppo", "--episodes", "1", "--n-envs", "1", "--max-epochs", "3", "--seed", "5", "--clone-episodes", "2"]
+    assert main([*argv, "--clone-teacher", "sign-culls", "--clone-steps", "3", "--run-dir", "run"]) == 0
+    out = capsys.readouterr().out
+    assert "warm start: cloned 2 sign-culls episodes (seeds 6..7)" in out
+    payload = torch.load(sorted(Path("run/checkpoints").glob("round-*.pt"))[-1], weights_only=True)
+    assert payload["clonings"][0]["teacher"] == ppo_script.SIGN_CULLS_TEACHER
+    assert payload["training_seeds"] == [6, 7, 5]
+    assert payload["settings"]["clone_teacher"] == "sign-culls"

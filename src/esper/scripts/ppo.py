@@ -9,6 +9,7 @@ observation layout or action space differs from what those settings build is ref
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import sys
@@ -64,13 +65,15 @@ from esper.simic.checkpoint import (
     read_checkpoint,
     save_checkpoint,
 )
-from esper.simic.cloning import CLONED_DECISIONS, NothingToClone, clone, demonstrate
+from esper.simic.cloning import CLONE_TEACHERS, CLONED_DECISIONS, NothingToClone, SignCulls, clone, demonstrate
+from esper.simic.controller import PolicyController
 from esper.simic.distributed import SINGLE_PROCESS, DistContext, init_distributed
 from esper.simic.loop import Learner
 from esper.simic.morphogenetic_envs import MorphogeneticEnvs, TrainerConfig, build_trainer, run_round
 from esper.tamiyo import HeuristicController, PolicySpaces, trained_policy_path
 from esper.tolaria import DEFAULT_TASK, EnvConfig, TaskSpec
 from esper.tolaria.datasets import TaskData
+from esper.tolaria.episode import Controller
 from esper.tolaria.training import PRECISIONS
 
 RUN_FILES = ("metrics.jsonl", "summary.json", "events.jsonl", "checkpoints", "config.json", "grown", "tensorboard")
@@ -96,6 +99,7 @@ DEFAULTS: dict[str, Any] = {
     "clone_steps": 300,
     "clone_lr": 1e-3,
     "clone_decisions": "all",
+    "clone_teacher": "heuristic",
     "init_policy": None,
 }
 """Settings of a new run, as given (None: derived from the task). A resumed run takes them from
@@ -146,6 +150,12 @@ def add_ppo_parser(sub: argparse._SubParsersAction) -> None:
         "with a measured contribution: wait, fossilize or cull it); or verdicts (only its fossilizations and culls "
         "of such seeds); or cull (at every step where a seed could be culled, only whether to cull it, and which) "
         "(default all)",
+    )
+    p.add_argument(
+        "--clone-teacher",
+        help="whose episodes to clone: heuristic; or sign-culls (the run's own policy, e.g. from --init-policy, "
+        "acting greedily, except that it culls a seed on probation whose contribution is <= 0 and never one above) "
+        "(default heuristic)",
     )
     p.add_argument("--clone-steps", type=int, help="full-batch Adam steps of the cloning (default 300)")
     p.add_argument("--clone-lr", type=float, help="learning rate of the cloning (default 1e-3)")
@@ -374,6 +384,9 @@ def check_counts(settings: dict[str, Any]) -> None:
     if settings["clone_decisions"] not in CLONED_DECISIONS:
         choices = " ".join(CLONED_DECISIONS)
         raise UsageError(f"--clone-decisions: unknown value {settings['clone_decisions']!r}; choose from: {choices}")
+    if settings["clone_teacher"] not in CLONE_TEACHERS:
+        choices = " ".join(CLONE_TEACHERS)
+        raise UsageError(f"--clone-teacher: unknown value {settings['clone_teacher']!r}; choose from: {choices}")
 
 
 def resolve_devices(settings: dict[str, Any], ctx: DistContext) -> tuple[torch.device, list[torch.device]]:
@@ -461,25 +474,24 @@ def build(run: PPORun, emit) -> tuple[MorphogeneticEnvs, Learner]:
 
 
 def warm_start(run: PPORun, envs: MorphogeneticEnvs, learner: Learner, quiet: bool) -> None:
-    """Clone the heuristic of the run's knobs (the task's tuned one unless `--heuristic.KNOB`
-    says otherwise; `esper.simic.cloning`) from its episodes on the seeds after the run's own
-    and after every seed it trained on already (recorded as training seeds). Every rank clones
-    the same episodes, so the ranks' policies stay equal with no communication."""
+    """Clone a teacher (`--clone-teacher`: the heuristic of the run's knobs, the task's tuned one
+    unless `--heuristic.KNOB` says otherwise, or `SignCulls` around the run's policy as it starts;
+    `esper.simic.cloning`) from its episodes on the seeds after the run's own and after every
+    seed it trained on already (recorded as training seeds). Every rank clones the same
+    episodes, so the ranks' policies stay equal with no communication."""
     n, decisions = run.settings["clone_episodes"], run.settings["clone_decisions"]
     first = max([run.config.rng_seed + run.config.episodes, *(seed + 1 for seed in envs.trained_rng_seeds)])
     first_episode = first - run.config.rng_seed  # a demonstration's episode number is its seed's, as in PPO
-    heuristic = HeuristicController(
-        run.task.topology,
-        run.env.enabled_slots,
-        envs.spaces.actions.allowed_blueprints,
-        run.knobs["heuristic"],
-        run.env.thresholds,
-    )
+    teacher_name, teacher = cloning_teacher(run, envs, learner)
     demos = []
     for i in range(n):
-        demos.append(demonstrate(envs.all_envs[0], heuristic, envs.spaces, envs.reward, first + i, first_episode + i))
+        demos.append(demonstrate(envs.all_envs[0], teacher, envs.spaces, envs.reward, first + i, first_episode + i))
         if not quiet:
-            print(f"warm start: heuristic episode {i + 1}/{n} (seed {first + i}) recorded", file=sys.stderr, flush=True)
+            print(
+                f"warm start: {teacher_name} episode {i + 1}/{n} (seed {first + i}) recorded",
+                file=sys.stderr,
+                flush=True,
+            )
     try:
         before, after = clone(
             learner, demos, run.settings["clone_steps"], run.settings["clone_lr"], decisions=decisions
@@ -498,18 +510,42 @@ def warm_start(run: PPORun, envs: MorphogeneticEnvs, learner: Learner, quiet: bo
             "decisions": decisions,
             "steps": run.settings["clone_steps"],
             "lr": run.settings["clone_lr"],
-            "teacher": jsonable(run.knobs["heuristic"]),
+            "teacher": jsonable(run.knobs["heuristic"]) if teacher_name == "heuristic" else SIGN_CULLS_TEACHER,
             "agreement": [before.agreement, after.agreement],
         }
     )
     if not quiet:
         which = "" if decisions == "all" else f", their {after.cloned_steps} {decisions} decisions"
         print(
-            f"warm start: cloned {n} heuristic episodes (seeds {first}..{first + n - 1}){which}: greedy agreement "
+            f"warm start: cloned {n} {teacher_name} episodes (seeds {first}..{first + n - 1}){which}: greedy agreement "
             f"{before.agreement:.2f} -> {after.agreement:.2f}, action NLL {before.action_nll:.3f} -> "
             f"{after.action_nll:.3f}",
             flush=True,
         )
+
+
+SIGN_CULLS_TEACHER = (
+    "sign-culls: the run's policy as the cloning began, greedy, culling a probationary seed iff its contribution <= 0"
+)
+"""How a run's `clonings` record names a `SignCulls` teacher (a heuristic teacher is its knobs)."""
+
+
+def cloning_teacher(run: PPORun, envs: MorphogeneticEnvs, learner: Learner) -> tuple[str, Controller]:
+    """The demonstrator `--clone-teacher` names. A `SignCulls` teacher acts with a frozen copy of
+    the policy and its observation statistics as the cloning begins, so the demonstrations do
+    not move while the cloning fits the policy they came from."""
+    if run.settings["clone_teacher"] == "heuristic":
+        heuristic = HeuristicController(
+            run.task.topology,
+            run.env.enabled_slots,
+            envs.spaces.actions.allowed_blueprints,
+            run.knobs["heuristic"],
+            run.env.thresholds,
+        )
+        return "heuristic", heuristic
+    policy = copy.deepcopy(learner.policy).cpu()
+    controller = PolicyController(policy, envs.spaces, copy.deepcopy(learner.obs_norm), run.env.thresholds)
+    return "sign-culls", SignCulls(controller)
 
 
 def envs_per_device(envs: list) -> str:

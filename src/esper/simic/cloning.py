@@ -22,15 +22,24 @@ FOSSILIZE or CULL of a slot on probation; the demonstrator's other decisions at 
 (germinating in another slot, culling a blending seed) are not about keeping or culling that
 seed. Neither form has yet given a better policy (README, v16 and v17). The critic is fitted on
 every step, to the demonstrator's returns, as in a warm start.
+
+The demonstrator is the tuned heuristic, or `SignCulls`: the run's own policy, whose culls of
+probationary seeds follow the sign of their measured contribution. Why the second: a policy PPO
+trained grows differently from the heuristic, so the heuristic's episodes hold few of the states
+in which the policy meets a harmful seed on probation (the heuristic culls its harmful seeds
+earlier, or grows others); the policy's own episodes hold exactly those.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
+from esper.kasmina import StageChange
 from esper.leyline import Decision, LifecycleOp, TrainingSignals
+from esper.simic.controller import PolicyController
 from esper.simic.loop import Learner
 from esper.simic.rewards import RewardFunction
 from esper.tamiyo import PolicySpaces, RecurrentPolicy
@@ -113,6 +122,34 @@ def demonstrate(
     )
 
 
+class SignCulls:
+    """A demonstrator that is a policy except at its keep/cull decisions: it culls a seed on
+    probation whose measured contribution is at or below zero (the first such slot), and where
+    the policy would cull a seed on probation above zero it waits instead. Everything else,
+    when and where to grow, is the policy's own. The contribution's sign is what the keep/cull
+    AUC scores (`esper.tamiyo.diagnostics`), and a harmful seed the policy waits on is culled by
+    the lifecycle one epoch later anyway: this teacher only makes that cull the policy's."""
+
+    def __init__(self, policy: PolicyController) -> None:
+        self.policy = policy
+
+    def reset(self) -> None:
+        self.policy.reset()
+
+    def decide(self, signals: TrainingSignals) -> Decision:
+        decision = self.policy.decide(signals)  # always, so the LSTM state follows the episode
+        scored = [s for _, s in scored_slots(self.policy.as_trained(signals)) if s.enabled]
+        harmful = [s.name for s in scored if s.contribution is not None and s.contribution <= 0]
+        if harmful:
+            return Decision(LifecycleOp.CULL, slot=harmful[0], reason="contribution <= 0 on probation")
+        if decision.op is LifecycleOp.CULL and decision.slot in {s.name for s in scored}:
+            return Decision.wait(reason="contribution > 0 on probation")
+        return decision
+
+    def record_step(self, decision: Decision, changes: Sequence[tuple[str, StageChange]]) -> None:
+        self.policy.record_step(decision, changes)
+
+
 def is_keep_cull_decision(signals: TrainingSignals, decision: Decision) -> bool:
     """A slot holds a scored probationary seed, and the decision is about it: WAIT, or a verdict
     on it (`is_verdict`)."""
@@ -144,6 +181,10 @@ CLONED_DECISIONS = ("all", "keep-cull", "verdicts", "cull")
 """Which demonstrated decisions a cloning fits: every action, the keep/cull decisions, only the
 verdicts among them (fossilize or cull, not wait), or at every step where CULL was open only
 whether to cull (and which slot)."""
+
+CLONE_TEACHERS = ("heuristic", "sign-culls")
+"""Whose episodes a cloning fits: the heuristic of the run's knobs, or the run's own policy
+acting greedily with its keep/cull culls set by the contribution's sign (`SignCulls`)."""
 
 
 class NothingToClone(ValueError):
