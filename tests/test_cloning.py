@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 from dataclasses import replace
 from pathlib import Path
@@ -18,12 +19,15 @@ from esper.leyline import BlendSchedule, Decision, LifecycleOp, SeedStage
 from esper.scripts.train import main
 from esper.simic.cloning import (
     SignCulls,
+    anchor_kl,
     clone,
     cloning_batch,
     cloning_losses,
     demonstrate,
     is_keep_cull_decision,
     is_verdict,
+    other_ops_log_probs,
+    step_outputs,
 )
 from esper.simic.loop import make_learner
 from esper.simic.rewards import RewardConfig, RewardFunction
@@ -442,3 +446,39 @@ def test_ppo_clones_its_own_policy_with_sign_culls(tiny_shapes, workdir: Path, c
     assert payload["clonings"][0]["teacher"] == ppo_script.SIGN_CULLS_TEACHER
     assert payload["training_seeds"] == [6, 7, 5]
     assert payload["settings"]["clone_teacher"] == "sign-culls"
+
+
+@pytest.mark.slow
+def test_an_anchored_cull_cloning_keeps_the_odds_among_the_other_ops() -> None:
+    """`anchor_coef` holds the policy's odds among the ops other than CULL near where they started
+    while the cull-or-not is fitted as well as without it: the KL from the starting odds is 0 at
+    the start, and after the same fit it is smaller anchored than not."""
+    env = make_env(max_epochs=10)
+    spaces = PolicySpaces.derive(Topology.CNN, SLOTS)
+    demo = demonstrate(env, eager_heuristic(env), spaces, RewardFunction(RewardConfig(), 1.0), rng_seed=0, episode=0)
+    step = int(torch.nonzero(demo.masks[:, int(LifecycleOp.CULL)] & (demo.actions[:, 0] != int(LifecycleOp.CULL)))[0])
+    culled = demo.actions.clone()
+    culled[step, 0] = int(LifecycleOp.CULL)
+    taught = replace(demo, actions=culled)
+    start = make_learner(spaces, hidden=16, learning_rate=1e-3, rng_seed=0)
+    batch = cloning_batch(copy.deepcopy(start), [taught], "cull")
+    with torch.no_grad():
+        op_logits = step_outputs(start.policy, batch)[0][0]
+        anchor = other_ops_log_probs(op_logits, batch.masks[:, : op_logits.shape[-1]])
+        assert float(anchor_kl(op_logits, batch, anchor)) == pytest.approx(0.0, abs=1e-6)
+    drift = {}
+    for coef in (0.0, 10.0):
+        learner = copy.deepcopy(start)
+        _, after = clone(learner, [taught], steps=80, learning_rate=3e-3, decisions="cull", anchor_coef=coef)
+        assert after.agreement == 1.0
+        with torch.no_grad():
+            drift[coef] = float(anchor_kl(step_outputs(learner.policy, batch)[0][0], batch, anchor))
+    assert drift[10.0] < drift[0.0] / 2, drift
+    with pytest.raises(ValueError, match="only for a cull cloning"):
+        clone(copy.deepcopy(start), [taught], steps=1, learning_rate=1e-3, decisions="all", anchor_coef=1.0)
+
+
+def test_a_clone_anchor_without_a_cull_cloning_is_a_one_line_error(tiny_shapes, workdir: Path, capsys) -> None:
+    line = check_usage_error(capsys, ["ppo", "--clone-episodes", "1", "--clone-anchor", "2"], "--clone-anchor 2.0")
+    assert "--clone-decisions cull" in line
+    check_usage_error(capsys, ["ppo", "--clone-decisions", "cull", "--clone-anchor", "-1"], "-1")

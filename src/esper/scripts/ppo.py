@@ -100,6 +100,7 @@ DEFAULTS: dict[str, Any] = {
     "clone_lr": 1e-3,
     "clone_decisions": "all",
     "clone_teacher": "heuristic",
+    "clone_anchor": 0.0,
     "init_policy": None,
 }
 """Settings of a new run, as given (None: derived from the task). A resumed run takes them from
@@ -156,6 +157,13 @@ def add_ppo_parser(sub: argparse._SubParsersAction) -> None:
         help="whose episodes to clone: heuristic; or sign-culls (the run's own policy, e.g. from --init-policy, "
         "acting greedily, except that it culls a seed on probation whose contribution is <= 0 and never one above) "
         "(default heuristic)",
+    )
+    p.add_argument(
+        "--clone-anchor",
+        type=float,
+        help="with --clone-decisions cull: weight of the KL from the policy's odds among the ops other than CULL, "
+        "as the cloning begins, to its odds as it fits, at every step, so fitting the culls leaves when to grow "
+        "alone (default 0: none)",
     )
     p.add_argument("--clone-steps", type=int, help="full-batch Adam steps of the cloning (default 300)")
     p.add_argument("--clone-lr", type=float, help="learning rate of the cloning (default 1e-3)")
@@ -384,6 +392,13 @@ def check_counts(settings: dict[str, Any]) -> None:
     if settings["clone_decisions"] not in CLONED_DECISIONS:
         choices = " ".join(CLONED_DECISIONS)
         raise UsageError(f"--clone-decisions: unknown value {settings['clone_decisions']!r}; choose from: {choices}")
+    if not settings["clone_anchor"] >= 0:
+        raise UsageError(f"--clone-anchor must be >= 0, got {settings['clone_anchor']}")
+    if settings["clone_anchor"] > 0 and settings["clone_decisions"] != "cull":
+        raise UsageError(
+            f"--clone-anchor {settings['clone_anchor']} needs --clone-decisions cull, "
+            f"got {settings['clone_decisions']!r}"
+        )
     if settings["clone_teacher"] not in CLONE_TEACHERS:
         choices = " ".join(CLONE_TEACHERS)
         raise UsageError(f"--clone-teacher: unknown value {settings['clone_teacher']!r}; choose from: {choices}")
@@ -494,7 +509,12 @@ def warm_start(run: PPORun, envs: MorphogeneticEnvs, learner: Learner, quiet: bo
             )
     try:
         before, after = clone(
-            learner, demos, run.settings["clone_steps"], run.settings["clone_lr"], decisions=decisions
+            learner,
+            demos,
+            run.settings["clone_steps"],
+            run.settings["clone_lr"],
+            decisions=decisions,
+            anchor_coef=run.settings["clone_anchor"],
         )
     except NothingToClone as exc:
         raise RunFailure(
@@ -510,6 +530,7 @@ def warm_start(run: PPORun, envs: MorphogeneticEnvs, learner: Learner, quiet: bo
             "decisions": decisions,
             "steps": run.settings["clone_steps"],
             "lr": run.settings["clone_lr"],
+            "anchor": run.settings["clone_anchor"],
             "teacher": jsonable(run.knobs["heuristic"]) if teacher_name == "heuristic" else SIGN_CULLS_TEACHER,
             "agreement": [before.agreement, after.agreement],
         }

@@ -267,14 +267,22 @@ def cloned_steps(demonstration: Demonstration, decisions: str) -> torch.Tensor:
     return torch.ones_like(demonstration.keep_cull)
 
 
-def cloning_losses(policy: RecurrentPolicy, batch: CloningBatch) -> tuple[torch.Tensor, torch.Tensor]:
-    """(action NLL, value loss) of the demonstrations under `policy`: for a `cull` cloning the
-    NLL is that of the cull-or-not choice (`cull_nll`)."""
+def step_outputs(policy: RecurrentPolicy, batch: CloningBatch) -> tuple[list[torch.Tensor], torch.Tensor]:
+    """Each head's logits (V, n) and the values (V,) at the batch's valid steps: whole episodes
+    re-run through the LSTM, as the PPO update does."""
     state = policy.initial_state(batch.obs.shape[1], batch.obs.device)
     logits, values, _ = policy(batch.obs, state, batch.starts)
-    step_logits = [head_logits[batch.valid] for head_logits in logits]
+    return [head_logits[batch.valid] for head_logits in logits], values[batch.valid]
+
+
+def cloning_losses(
+    policy: RecurrentPolicy, batch: CloningBatch, outputs: tuple[list[torch.Tensor], torch.Tensor] | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(action NLL, value loss) of the demonstrations under `policy` (or its `step_outputs`, when
+    already computed): for a `cull` cloning the NLL is that of the cull-or-not choice (`cull_nll`)."""
+    step_logits, values = step_outputs(policy, batch) if outputs is None else outputs
     log_probs, _ = evaluate_factored(step_logits, batch.masks, batch.actions)
-    value_loss = 0.5 * (values[batch.valid] - batch.returns).square().mean()
+    value_loss = 0.5 * (values - batch.returns).square().mean()
     if batch.decisions == "cull":
         return cull_nll(step_logits[0], log_probs, batch), value_loss
     return -(log_probs * batch.active).sum(-1)[batch.cloned].mean(), value_loss
@@ -299,13 +307,12 @@ def cull_nll(op_logits: torch.Tensor, log_probs: torch.Tensor, batch: CloningBat
 
 @torch.no_grad()
 def measure(policy: RecurrentPolicy, batch: CloningBatch) -> CloningStats:
-    nll, value_loss = cloning_losses(policy, batch)
-    state = policy.initial_state(batch.obs.shape[1], batch.obs.device)
-    logits, _, _ = policy(batch.obs, state, batch.starts)
+    outputs = step_outputs(policy, batch)
+    nll, value_loss = cloning_losses(policy, batch, outputs)
     greedy, offset = [], 0
-    for head_logits, n in zip(logits, policy.head_sizes, strict=True):
+    for head_logits, n in zip(outputs[0], policy.head_sizes, strict=True):
         head_masks = batch.masks[:, offset : offset + n]
-        greedy.append(head_logits[batch.valid].masked_fill(~head_masks, float("-inf")).argmax(-1))
+        greedy.append(head_logits.masked_fill(~head_masks, float("-inf")).argmax(-1))
         offset += n
     chosen = torch.stack(greedy, -1)
     match = ((chosen == batch.actions) | ~batch.active.bool()).all(-1)
@@ -318,6 +325,25 @@ def measure(policy: RecurrentPolicy, batch: CloningBatch) -> CloningStats:
     return CloningStats(float(nll), float(match.float().mean()), float(value_loss), int(batch.cloned.sum()))
 
 
+def other_ops_log_probs(op_logits: torch.Tensor, op_mask: torch.Tensor) -> torch.Tensor:
+    """(V, ops) log-probabilities of the valid ops other than CULL, renormalized among themselves
+    (-inf at CULL and at masked ops): the odds a `cull` cloning means to leave alone."""
+    others = op_mask.clone()
+    others[:, int(LifecycleOp.CULL)] = False
+    return torch.log_softmax(op_logits.masked_fill(~others, float("-inf")), dim=-1)
+
+
+def anchor_kl(op_logits: torch.Tensor, batch: CloningBatch, anchor: torch.Tensor) -> torch.Tensor:
+    """Mean KL over the valid steps from the starting policy's odds among the ops other than CULL
+    (`anchor`, from `other_ops_log_probs`) to the policy's. Why: the cull-or-not loss leaves those
+    odds unchanged at each step it fits only in a table; a network fitting it moves them, and
+    v19 and v21s, fitted without this, germinated at once instead of when `policy:shapes` did."""
+    log_q = other_ops_log_probs(op_logits, batch.masks[:, : op_logits.shape[-1]])
+    valid = anchor.isfinite()  # the other ops open at the step; masked ones count 0
+    terms = torch.where(valid, anchor.exp() * (anchor - log_q.masked_fill(~valid, 0.0)), 0.0)
+    return terms.sum(-1).mean()
+
+
 def clone(
     learner: Learner,
     demonstrations: list[Demonstration],
@@ -325,11 +351,17 @@ def clone(
     learning_rate: float,
     vf_coef: float = 0.5,
     decisions: str = "all",
+    anchor_coef: float = 0.0,
 ) -> tuple[CloningStats, CloningStats]:
     """Fit the learner's policy to `demonstrations` with `steps` full-batch Adam steps (an
     optimizer of its own, so PPO's starts with no moments from another loss); the fit
     (before, after). `decisions` (`CLONED_DECISIONS`) picks what is fitted; demonstrations with
-    none of it are refused (there would be nothing to fit)."""
+    none of it are refused (there would be nothing to fit). `anchor_coef` > 0 (a `cull` cloning
+    only) adds that multiple of `anchor_kl` to the starting policy's odds among the other ops."""
+    if anchor_coef < 0 or (anchor_coef > 0 and decisions != "cull"):
+        raise ValueError(
+            f"anchor_coef must be >= 0, and > 0 only for a cull cloning; got {anchor_coef} for {decisions!r}"
+        )
     batch = cloning_batch(learner, demonstrations, decisions)
     if not bool(batch.cloned.any()):
         what = {
@@ -340,10 +372,19 @@ def clone(
     policy = learner.policy
     optimizer = torch.optim.Adam(policy.parameters(), lr=learning_rate, eps=1e-5)
     before = measure(policy.eval(), batch)
+    anchor = None
+    if anchor_coef > 0:
+        with torch.no_grad():
+            op_logits = step_outputs(policy, batch)[0][0]
+            anchor = other_ops_log_probs(op_logits, batch.masks[:, : op_logits.shape[-1]])
     policy.train()
     for _ in range(steps):
-        nll, value_loss = cloning_losses(policy, batch)
+        outputs = step_outputs(policy, batch)
+        nll, value_loss = cloning_losses(policy, batch, outputs)
+        loss = nll + vf_coef * value_loss
+        if anchor is not None:
+            loss = loss + anchor_coef * anchor_kl(outputs[0][0], batch, anchor)
         optimizer.zero_grad()
-        (nll + vf_coef * value_loss).backward()
+        loss.backward()
         optimizer.step()
     return before, measure(policy.eval(), batch)
