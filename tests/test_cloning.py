@@ -428,6 +428,38 @@ def test_sign_culls_culls_exactly_the_probationary_seeds_at_or_below_zero(slots,
         assert decision is inner.decision
 
 
+class AsPolicy(Recording):
+    """A controller in the place of a `PolicyController` (which `SignCulls` asks for the signals it
+    acts on, `as_trained`)."""
+
+    def as_trained(self, signals):
+        return signals
+
+
+@pytest.mark.slow
+def test_sign_culls_culls_the_harmful_probationary_seeds_of_a_real_episode() -> None:
+    """In a recorded episode, every step at which a probationary seed's contribution is <= 0 is a
+    CULL of it, which the policy's masks allow (`demonstrate` checks), and the steps with only
+    helpful seeds on probation keep them; the inner controller decided at every step."""
+    env = make_env(max_epochs=10)
+    spaces = PolicySpaces.derive(Topology.CNN, SLOTS)
+    inner = AsPolicy(eager_heuristic(env))
+    outer = Recording(SignCulls(inner))  # type: ignore[arg-type]
+    demo = demonstrate(env, outer, spaces, RewardFunction(RewardConfig(), 1.0), rng_seed=0, episode=0)
+    assert len(inner.seen) == len(outer.seen) == demo.actions.shape[0]
+    harmful_steps = helpful_steps = 0
+    for state, decision in outer.seen:
+        scored = {s.name: s.contribution for _, s in scored_slots(state)}
+        harmful = [name for name in SLOTS if name in scored and scored[name] <= 0]
+        if harmful:
+            harmful_steps += 1
+            assert (decision.op, decision.slot) == (LifecycleOp.CULL, harmful[0])
+        elif scored:
+            helpful_steps += 1
+            assert not (decision.op is LifecycleOp.CULL and decision.slot in scored)
+    assert harmful_steps > 0 and helpful_steps > 0
+
+
 def test_an_unknown_clone_teacher_is_a_one_line_error(tiny_shapes, workdir: Path, capsys) -> None:
     line = check_usage_error(capsys, ["ppo", "--clone-episodes", "1", "--clone-teacher", "oracle"], "oracle")
     assert "heuristic sign-culls" in line
@@ -463,16 +495,17 @@ def test_an_anchored_cull_cloning_keeps_the_odds_among_the_other_ops() -> None:
     start = make_learner(spaces, hidden=16, learning_rate=1e-3, rng_seed=0)
     batch = cloning_batch(copy.deepcopy(start), [taught], "cull")
     with torch.no_grad():
-        op_logits = step_outputs(start.policy, batch)[0][0]
-        anchor = other_ops_log_probs(op_logits, batch.masks[:, : op_logits.shape[-1]])
-        assert float(anchor_kl(op_logits, batch, anchor)) == pytest.approx(0.0, abs=1e-6)
+        (op_logits, *_), _ = step_outputs(start.policy, batch)
+        anchor = other_ops_log_probs(op_logits, batch.op_mask)
+        assert float(anchor_kl(op_logits, batch.op_mask, anchor)) == pytest.approx(0.0, abs=1e-6)
     drift = {}
     for coef in (0.0, 10.0):
         learner = copy.deepcopy(start)
         _, after = clone(learner, [taught], steps=80, learning_rate=3e-3, decisions="cull", anchor_coef=coef)
         assert after.agreement == 1.0
         with torch.no_grad():
-            drift[coef] = float(anchor_kl(step_outputs(learner.policy, batch)[0][0], batch, anchor))
+            (op_logits, *_), _ = step_outputs(learner.policy, batch)
+            drift[coef] = float(anchor_kl(op_logits, batch.op_mask, anchor))
     assert drift[10.0] < drift[0.0] / 2, drift
     with pytest.raises(ValueError, match="only for a cull cloning"):
         clone(copy.deepcopy(start), [taught], steps=1, learning_rate=1e-3, decisions="all", anchor_coef=1.0)

@@ -161,9 +161,9 @@ def add_ppo_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--clone-anchor",
         type=float,
-        help="with --clone-decisions cull: weight of the KL from the policy's odds among the ops other than CULL, "
-        "as the cloning begins, to its odds as it fits, at every step, so fitting the culls leaves when to grow "
-        "alone (default 0: none)",
+        help="with --clone-decisions cull: weight of KL(start || now) at every step, between the policy's odds "
+        "among the ops other than CULL as the cloning begins and as it fits, a penalty that holds when it grows "
+        "near where it was (default 0: none)",
     )
     p.add_argument("--clone-steps", type=int, help="full-batch Adam steps of the cloning (default 300)")
     p.add_argument("--clone-lr", type=float, help="learning rate of the cloning (default 1e-3)")
@@ -392,8 +392,8 @@ def check_counts(settings: dict[str, Any]) -> None:
     if settings["clone_decisions"] not in CLONED_DECISIONS:
         choices = " ".join(CLONED_DECISIONS)
         raise UsageError(f"--clone-decisions: unknown value {settings['clone_decisions']!r}; choose from: {choices}")
-    if not settings["clone_anchor"] >= 0:
-        raise UsageError(f"--clone-anchor must be >= 0, got {settings['clone_anchor']}")
+    if not 0 <= settings["clone_anchor"] < float("inf"):
+        raise UsageError(f"--clone-anchor must be a number >= 0, got {settings['clone_anchor']}")
     if settings["clone_anchor"] > 0 and settings["clone_decisions"] != "cull":
         raise UsageError(
             f"--clone-anchor {settings['clone_anchor']} needs --clone-decisions cull, "
@@ -552,9 +552,9 @@ SIGN_CULLS_TEACHER = (
 
 
 def cloning_teacher(run: PPORun, envs: MorphogeneticEnvs, learner: Learner) -> tuple[str, Controller]:
-    """The demonstrator `--clone-teacher` names. A `SignCulls` teacher acts with a frozen copy of
-    the policy and its observation statistics as the cloning begins, so the demonstrations do
-    not move while the cloning fits the policy they came from."""
+    """The demonstrator `--clone-teacher` names. A `SignCulls` teacher acts with a copy of the
+    policy as the cloning begins, on the CPU where a `PolicyController` keeps its LSTM state and
+    in eval mode, so the learner's own policy is left on its device and in its mode."""
     if run.settings["clone_teacher"] == "heuristic":
         heuristic = HeuristicController(
             run.task.topology,
@@ -565,7 +565,7 @@ def cloning_teacher(run: PPORun, envs: MorphogeneticEnvs, learner: Learner) -> t
         )
         return "heuristic", heuristic
     policy = copy.deepcopy(learner.policy).cpu()
-    controller = PolicyController(policy, envs.spaces, copy.deepcopy(learner.obs_norm), run.env.thresholds)
+    controller = PolicyController(policy, envs.spaces, learner.obs_norm, run.env.thresholds)
     return "sign-culls", SignCulls(controller)
 
 

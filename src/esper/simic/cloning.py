@@ -1,4 +1,5 @@
-"""Behaviour cloning: a warm start for PPO from another controller's episodes (the tuned heuristic).
+"""Behaviour cloning: a warm start for PPO from another controller's episodes (the tuned heuristic,
+or the policy itself with its culls set by the sign of the seeds' contribution).
 
 Why: PPO from a near-uniform policy spends its first rounds germinating and culling at random,
 and on a small machine it gets few rounds. A policy that starts as the heuristic starts where the
@@ -126,9 +127,10 @@ class SignCulls:
     """A demonstrator that is a policy except at its keep/cull decisions: it culls a seed on
     probation whose measured contribution is at or below zero (the first such slot), and where
     the policy would cull a seed on probation above zero it waits instead. Everything else,
-    when and where to grow, is the policy's own. The contribution's sign is what the keep/cull
-    AUC scores (`esper.tamiyo.diagnostics`), and a harmful seed the policy waits on is culled by
-    the lifecycle one epoch later anyway: this teacher only makes that cull the policy's."""
+    when and where to grow, is the policy's own. Zero, not a gate setting, because the
+    contribution's sign is what the keep/cull AUC scores (`esper.tamiyo.diagnostics`); under the
+    default gates (`probation_cull_contribution` 0) a harmful seed the policy waits on is culled
+    by the lifecycle one epoch later anyway, so this teacher only makes that cull the policy's."""
 
     def __init__(self, policy: PolicyController) -> None:
         self.policy = policy
@@ -219,6 +221,11 @@ class CloningBatch:
     decisions: str = "all"
     """Which decisions (`CLONED_DECISIONS`): `cull` fits the cull-or-not, the others whole actions."""
 
+    @property
+    def op_mask(self) -> torch.Tensor:
+        """(V, ops) the op head's mask (the first head's, so the masks' first columns)."""
+        return self.masks[:, : len(LifecycleOp)]
+
 
 def cloning_batch(learner: Learner, demonstrations: list[Demonstration], decisions: str = "all") -> CloningBatch:
     """The learner's observation statistics absorb the demonstrations' observations (as after a
@@ -295,11 +302,8 @@ def cull_nll(op_logits: torch.Tensor, log_probs: torch.Tensor, batch: CloningBat
     PPO learned them, and the steps where it kept a seed teach not to cull it as much as its
     culls teach culling (a cloning of its culls alone taught v18 to cull everything)."""
     cull = int(LifecycleOp.CULL)
-    op_mask = batch.masks[:, : op_logits.shape[-1]]
-    op_log_probs = MaskedCategorical(op_logits, op_mask).log_probs_all
-    others = op_mask.clone()
-    others[:, cull] = False
-    log_not_cull = op_log_probs.masked_fill(~others, float("-inf")).logsumexp(-1)
+    op_log_probs = MaskedCategorical(op_logits, batch.op_mask).log_probs_all
+    log_not_cull = op_log_probs.masked_fill(~other_ops(batch.op_mask), float("-inf")).logsumexp(-1)
     culled = batch.actions[:, 0] == cull
     per_step = torch.where(culled, op_log_probs[:, cull] + log_probs[:, 1], log_not_cull)
     return -per_step[batch.cloned].mean()
@@ -307,10 +311,10 @@ def cull_nll(op_logits: torch.Tensor, log_probs: torch.Tensor, batch: CloningBat
 
 @torch.no_grad()
 def measure(policy: RecurrentPolicy, batch: CloningBatch) -> CloningStats:
-    outputs = step_outputs(policy, batch)
-    nll, value_loss = cloning_losses(policy, batch, outputs)
+    step_logits, values = step_outputs(policy, batch)
+    nll, value_loss = cloning_losses(policy, batch, (step_logits, values))
     greedy, offset = [], 0
-    for head_logits, n in zip(outputs[0], policy.head_sizes, strict=True):
+    for head_logits, n in zip(step_logits, policy.head_sizes, strict=True):
         head_masks = batch.masks[:, offset : offset + n]
         greedy.append(head_logits.masked_fill(~head_masks, float("-inf")).argmax(-1))
         offset += n
@@ -325,20 +329,25 @@ def measure(policy: RecurrentPolicy, batch: CloningBatch) -> CloningStats:
     return CloningStats(float(nll), float(match.float().mean()), float(value_loss), int(batch.cloned.sum()))
 
 
-def other_ops_log_probs(op_logits: torch.Tensor, op_mask: torch.Tensor) -> torch.Tensor:
-    """(V, ops) log-probabilities of the valid ops other than CULL, renormalized among themselves
-    (-inf at CULL and at masked ops): the odds a `cull` cloning means to leave alone."""
+def other_ops(op_mask: torch.Tensor) -> torch.Tensor:
+    """(V, ops) bool: the valid ops other than CULL, the choice a `cull` cloning leaves alone."""
     others = op_mask.clone()
     others[:, int(LifecycleOp.CULL)] = False
-    return torch.log_softmax(op_logits.masked_fill(~others, float("-inf")), dim=-1)
+    return others
 
 
-def anchor_kl(op_logits: torch.Tensor, batch: CloningBatch, anchor: torch.Tensor) -> torch.Tensor:
-    """Mean KL over the valid steps from the starting policy's odds among the ops other than CULL
-    (`anchor`, from `other_ops_log_probs`) to the policy's. Why: the cull-or-not loss leaves those
-    odds unchanged at each step it fits only in a table; a network fitting it moves them, and
-    v19 and v21s, fitted without this, germinated at once instead of when `policy:shapes` did."""
-    log_q = other_ops_log_probs(op_logits, batch.masks[:, : op_logits.shape[-1]])
+def other_ops_log_probs(op_logits: torch.Tensor, op_mask: torch.Tensor) -> torch.Tensor:
+    """(V, ops) log-probabilities of the valid ops other than CULL, renormalized among themselves
+    (-inf at CULL and at masked ops): the policy's odds of when to grow, fossilize or wait."""
+    return torch.log_softmax(op_logits.masked_fill(~other_ops(op_mask), float("-inf")), dim=-1)
+
+
+def anchor_kl(op_logits: torch.Tensor, op_mask: torch.Tensor, anchor: torch.Tensor) -> torch.Tensor:
+    """Mean over the valid steps of KL(start || now): from `anchor`, the starting policy's
+    `other_ops_log_probs`, to the policy's. Why: `cull_nll` leaves those odds free, so nothing
+    holds them, and a network fitted to it moves them with everything it shares; v19 and v21s,
+    fitted without this, came out germinating at epochs 1 and 2 instead of when `policy:shapes` did."""
+    log_q = other_ops_log_probs(op_logits, op_mask)
     valid = anchor.isfinite()  # the other ops open at the step; masked ones count 0
     terms = torch.where(valid, anchor.exp() * (anchor - log_q.masked_fill(~valid, 0.0)), 0.0)
     return terms.sum(-1).mean()
@@ -375,15 +384,15 @@ def clone(
     anchor = None
     if anchor_coef > 0:
         with torch.no_grad():
-            op_logits = step_outputs(policy, batch)[0][0]
-            anchor = other_ops_log_probs(op_logits, batch.masks[:, : op_logits.shape[-1]])
+            (start_op_logits, *_), _ = step_outputs(policy, batch)
+            anchor = other_ops_log_probs(start_op_logits, batch.op_mask)
     policy.train()
     for _ in range(steps):
-        outputs = step_outputs(policy, batch)
-        nll, value_loss = cloning_losses(policy, batch, outputs)
+        step_logits, values = step_outputs(policy, batch)
+        nll, value_loss = cloning_losses(policy, batch, (step_logits, values))
         loss = nll + vf_coef * value_loss
         if anchor is not None:
-            loss = loss + anchor_coef * anchor_kl(outputs[0][0], batch, anchor)
+            loss = loss + anchor_coef * anchor_kl(step_logits[0], batch.op_mask, anchor)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
