@@ -334,9 +334,18 @@ def test_keep_cull_cloning_refuses_demonstrations_without_a_keep_cull_decision()
         clone(learner, [demo], steps=1, learning_rate=1e-3, decisions="verdicts")
 
 
-def test_an_unknown_clone_decisions_value_is_a_one_line_error(tiny_shapes, workdir: Path, capsys) -> None:
-    line = check_usage_error(capsys, ["ppo", "--clone-episodes", "1", "--clone-decisions", "probation"], "probation")
-    assert "all keep-cull verdicts cull" in line
+@pytest.mark.parametrize(
+    ("flag", "value", "choices"),
+    [
+        ("--clone-decisions", "probation", "all keep-cull verdicts cull"),
+        ("--clone-teacher", "oracle", "heuristic sign-culls"),
+    ],
+)
+def test_an_unknown_cloning_choice_is_a_one_line_error(
+    tiny_shapes, workdir: Path, capsys, flag, value, choices
+) -> None:
+    line = check_usage_error(capsys, ["ppo", "--clone-episodes", "1", flag, value], value)
+    assert choices in line
     assert not Path("runs").exists()
 
 
@@ -458,12 +467,6 @@ def test_sign_culls_culls_the_harmful_probationary_seeds_of_a_real_episode() -> 
             helpful_steps += 1
             assert not (decision.op is LifecycleOp.CULL and decision.slot in scored)
     assert harmful_steps > 0 and helpful_steps > 0
-
-
-def test_an_unknown_clone_teacher_is_a_one_line_error(tiny_shapes, workdir: Path, capsys) -> None:
-    line = check_usage_error(capsys, ["ppo", "--clone-episodes", "1", "--clone-teacher", "oracle"], "oracle")
-    assert "heuristic sign-culls" in line
-    assert not Path("runs").exists()
 
 
 @pytest.mark.slow

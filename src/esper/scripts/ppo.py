@@ -497,7 +497,7 @@ def warm_start(run: PPORun, envs: MorphogeneticEnvs, learner: Learner, quiet: bo
     n, decisions = run.settings["clone_episodes"], run.settings["clone_decisions"]
     first = max([run.config.rng_seed + run.config.episodes, *(seed + 1 for seed in envs.trained_rng_seeds)])
     first_episode = first - run.config.rng_seed  # a demonstration's episode number is its seed's, as in PPO
-    teacher_name, teacher = cloning_teacher(run, envs, learner)
+    teacher_name, teacher, teacher_record = cloning_teacher(run, envs, learner)
     demos = []
     for i in range(n):
         demos.append(demonstrate(envs.all_envs[0], teacher, envs.spaces, envs.reward, first + i, first_episode + i))
@@ -531,7 +531,7 @@ def warm_start(run: PPORun, envs: MorphogeneticEnvs, learner: Learner, quiet: bo
             "steps": run.settings["clone_steps"],
             "lr": run.settings["clone_lr"],
             "anchor": run.settings["clone_anchor"],
-            "teacher": jsonable(run.knobs["heuristic"]) if teacher_name == "heuristic" else SIGN_CULLS_TEACHER,
+            "teacher": teacher_record,
             "agreement": [before.agreement, after.agreement],
         }
     )
@@ -551,8 +551,9 @@ SIGN_CULLS_TEACHER = (
 """How a run's `clonings` record names a `SignCulls` teacher (a heuristic teacher is its knobs)."""
 
 
-def cloning_teacher(run: PPORun, envs: MorphogeneticEnvs, learner: Learner) -> tuple[str, Controller]:
-    """The demonstrator `--clone-teacher` names. A `SignCulls` teacher acts with a copy of the
+def cloning_teacher(run: PPORun, envs: MorphogeneticEnvs, learner: Learner) -> tuple[str, Controller, Any]:
+    """The demonstrator `--clone-teacher` names: its name, itself, and how `clonings` records it
+    (a heuristic by its knobs, `SIGN_CULLS_TEACHER`). A `SignCulls` teacher acts with a copy of the
     policy as the cloning begins, on the CPU where a `PolicyController` keeps its LSTM state and
     in eval mode, so the learner's own policy is left on its device and in its mode."""
     if run.settings["clone_teacher"] == "heuristic":
@@ -563,10 +564,10 @@ def cloning_teacher(run: PPORun, envs: MorphogeneticEnvs, learner: Learner) -> t
             run.knobs["heuristic"],
             run.env.thresholds,
         )
-        return "heuristic", heuristic
+        return "heuristic", heuristic, jsonable(run.knobs["heuristic"])
     policy = copy.deepcopy(learner.policy).cpu()
     controller = PolicyController(policy, envs.spaces, learner.obs_norm, run.env.thresholds)
-    return "sign-culls", SignCulls(controller)
+    return "sign-culls", SignCulls(controller), SIGN_CULLS_TEACHER
 
 
 def envs_per_device(envs: list) -> str:
