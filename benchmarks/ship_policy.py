@@ -1,7 +1,7 @@
 """Ship a trained policy with the package: `policy:NAME` in `esper eval` and `esper grow`.
 
     python benchmarks/ship_policy.py CHECKPOINT --name shapes --command "esper ppo ..." \
-        [--eval benchmarks/results/eval_....json]
+        [--eval benchmarks/results/eval_....json] [--note TEXT]
 
 writes `src/esper/tamiyo/trained/NAME.pt` (the checkpoint cut down to what acting reads: no
 optimizer or RNG state, loadable with `weights_only=True`) and `NAME.json` beside it: the
@@ -32,6 +32,7 @@ def main() -> int:
     parser.add_argument("--name", required=True, help="the name it ships under (policy:NAME)")
     parser.add_argument("--command", required=True, help="the exact command that trained it")
     parser.add_argument("--eval", type=Path, help="the eval.json (or results file) that measured it")
+    parser.add_argument("--note", help="how the file came from the command where that is not plain (stages, machines)")
     args = parser.parse_args()
     if not args.name.isidentifier():
         parser.error(f"--name {args.name!r}: use letters, digits and underscores")
@@ -54,6 +55,7 @@ def main() -> int:
         "date": datetime.date.today().isoformat(),
         "machine": f"{platform.machine()} CPU, torch {torch.__version__}",
         "eval": str(args.eval) if args.eval else None,
+        "note": args.note,
         "bytes": target.stat().st_size,
     }
     write_json_atomic(TRAINED_DIR / f"{args.name}.json", record)

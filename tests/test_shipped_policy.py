@@ -5,6 +5,9 @@ that trained it."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+from pathlib import Path
 
 import torch
 
@@ -13,6 +16,8 @@ from esper.scripts.train import main
 from esper.simic import PolicyController
 from esper.tamiyo import trained_policy_names, trained_policy_path, trained_policy_record
 from test_cli import check_usage_error
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def test_the_shapes_policy_ships_small_and_loads_with_weights_only() -> None:
@@ -24,7 +29,9 @@ def test_the_shapes_policy_ships_small_and_loads_with_weights_only() -> None:
     controller = PolicyController.from_checkpoint(path)
     assert controller.task_name == "shapes"
     record = trained_policy_record("shapes")
-    assert record["command"].startswith("esper ppo ") and record["task"] == "shapes"
+    assert record["task"] == "shapes"
+    script = record["command"].removeprefix("bash ")
+    assert script != record["command"] and (REPO / script).is_file(), "the command is a script in the repository"
     assert sorted(record["training_seeds"]) == sorted(int(s) for s in payload["training_seeds"])
     assert parse_controller("policy:shapes").path == str(path)
 
@@ -44,3 +51,20 @@ def test_grow_runs_the_shapes_policy_on_the_real_task(workdir, tmp_path) -> None
     )
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["controller"] == "policy:shapes" and summary["task"] == "shapes"
+
+
+def test_the_recipe_script_refuses_a_run_directory_that_holds_a_run(tmp_path) -> None:
+    """`benchmarks/train_policy_shapes.sh RUN_DIR` checks before it trains: a RUN_DIR with a
+    stage's folder in it is a one-line error, exit 2, and nothing runs (ESPER points at a program
+    that would fail if it did)."""
+    (tmp_path / "base").mkdir()
+    (tmp_path / "base" / "kept.txt").write_text("a finished stage")
+    done = subprocess.run(
+        ["bash", str(REPO / "benchmarks" / "train_policy_shapes.sh"), str(tmp_path)],
+        env={**os.environ, "ESPER": "false"},
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.count("\n") == 1 and str(tmp_path) in done.stderr
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["base", "kept.txt"]
