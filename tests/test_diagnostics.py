@@ -100,6 +100,10 @@ def test_the_keep_score_is_p_fossilize_minus_p_cull_of_each_probationary_seed() 
     report = diagnostics.to_json()
     assert report["op_mix"]["wait"] == 1.0 and report["entropy"]["op"] == 1.0
     assert report["keep_cull"] == {"auc": 1.0, "helpful": 1, "harmful": 1}
+    assert diagnostics.state()["keep_cull_decisions"] == [
+        {"epoch": s.epoch, "slot": "early", "keep_score": 0.5, "contribution": 2.0},
+        {"epoch": s.epoch, "slot": "mid", "keep_score": -0.3, "contribution": -1.0},
+    ]
 
 
 @pytest.fixture
@@ -125,3 +129,10 @@ def test_ppo_metrics_and_eval_json_carry_the_diagnostics(tiny_shapes, workdir: P
     assert sum(diagnostics["op_mix"].values()) == pytest.approx(1.0, abs=1e-3)
     assert set(diagnostics["entropy"]) == set(HEADS)
     assert set(diagnostics["keep_cull"]) == {"auc", "helpful", "harmful"}
+    per_seed = diagnostics["keep_cull_decisions"]
+    assert len(per_seed) == 2, "one list per seed"
+    helpful = sum(d["contribution"] > 0 for seed in per_seed for d in seed)
+    assert (helpful, sum(map(len, per_seed)) - helpful) == (
+        diagnostics["keep_cull"]["helpful"],
+        diagnostics["keep_cull"]["harmful"],
+    )

@@ -484,11 +484,13 @@ def comparison(run: EvalRun, results: list[dict[str, Any]], width: int | None) -
 
 def policy_diagnostics(rows: list[dict[str, Any]]) -> dict[str, object]:
     """A learned controller's decisions over every seed: op mix, mean entropy per head, keep/cull
-    AUC (`esper.tamiyo.diagnostics`)."""
+    AUC (`esper.tamiyo.diagnostics`), and each seed's keep/cull decisions in seed order (None for
+    an episode saved before Esper recorded them, in a resumed eval)."""
     total = DecisionDiagnostics(HEADS)
+    rows = sorted(rows, key=lambda r: r["seed"])
     for r in rows:
         total.absorb(r["diagnostics"])
-    return total.to_json()
+    return {**total.to_json(), "keep_cull_decisions": [r["diagnostics"].get("keep_cull_decisions") for r in rows]}
 
 
 def pairs(specs: tuple[ControllerSpec, ...]) -> list[tuple[str, str]]:

@@ -37,6 +37,15 @@ def scored_slots(signals: TrainingSignals) -> list[tuple[int, SlotSignals]]:
     ]
 
 
+def keep_scores(signals: TrainingSignals, pair_probs: torch.Tensor) -> list[tuple[SlotSignals, float]]:
+    """Each scored slot of one decision with its keep score, P(FOSSILIZE it) - P(CULL it);
+    `pair_probs` (ops, slots) is the policy's probability of each op on each slot."""
+    return [
+        (s, float(pair_probs[LifecycleOp.FOSSILIZE, k] - pair_probs[LifecycleOp.CULL, k]))
+        for k, s in scored_slots(signals)
+    ]
+
+
 class KeepCullCounts:
     """Counts of keep scores by label (helpful / harmful seed), addable across envs and ranks."""
 
@@ -50,8 +59,7 @@ class KeepCullCounts:
 
     def record(self, signals: TrainingSignals, pair_probs: torch.Tensor) -> None:
         """One decision: `pair_probs` (ops, slots) the policy's probability of each op on each slot."""
-        for k, s in scored_slots(signals):
-            keep = float(pair_probs[LifecycleOp.FOSSILIZE, k] - pair_probs[LifecycleOp.CULL, k])
+        for s, keep in keep_scores(signals, pair_probs):
             self.add(keep, s.contribution > 0)  # type: ignore[operator]
 
     @property
@@ -85,6 +93,10 @@ class DecisionDiagnostics:
         self.entropy_sums = [0.0] * len(self.heads)
         self.decisions = 0
         self.keep_cull = KeepCullCounts()
+        self.keep_cull_decisions: list[dict[str, object]] = []
+        """Each keep/cull decision recorded here (not those `absorb`ed): its epoch, the slot, the
+        keep score and the contribution. The counts give the AUC; these say which decisions carry
+        it, and let the AUC of several evals be pooled."""
 
     def record(self, signals: TrainingSignals, op: int, entropies: torch.Tensor, pair_probs: torch.Tensor) -> None:
         """One decision: the op taken, each head's entropy (H,), the (op, slot) probabilities."""
@@ -92,7 +104,11 @@ class DecisionDiagnostics:
         for k, value in enumerate(entropies.tolist()):
             self.entropy_sums[k] += value
         self.decisions += 1
-        self.keep_cull.record(signals, pair_probs)
+        for slot, keep in keep_scores(signals, pair_probs):
+            self.keep_cull.add(keep, slot.contribution > 0)  # type: ignore[operator]
+            contribution = round(slot.contribution, 4)  # type: ignore[arg-type]
+            decision = {"epoch": signals.epoch, "slot": slot.name, "keep_score": round(keep, 4)}
+            self.keep_cull_decisions.append({**decision, "contribution": contribution})
 
     def state(self) -> dict[str, object]:
         """The raw sums, as plain lists: what a worker process sends back to be `absorb`ed."""
@@ -100,6 +116,7 @@ class DecisionDiagnostics:
             "ops": list(self.ops),
             "entropy_sums": list(self.entropy_sums),
             "keep_cull": self.keep_cull.counts.tolist(),
+            "keep_cull_decisions": list(self.keep_cull_decisions),
         }
 
     def absorb(self, state: dict) -> None:
