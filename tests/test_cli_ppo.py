@@ -162,6 +162,12 @@ def test_resume_from_a_missing_corrupt_or_mismatched_checkpoint(
     corrupt = tmp_path / "corrupt.pt"
     corrupt.write_bytes(checkpoint.read_bytes()[:200])
     check_usage_error(capsys, ["ppo", "--resume", str(corrupt)], "corrupt.pt", "corrupt or unreadable")
+    text = tmp_path / "notes.txt"
+    text.write_text("not a checkpoint")
+    line = check_usage_error(
+        capsys, ["ppo", "--resume", str(text)], "notes.txt", "not the zip archive torch.save writes"
+    )
+    assert "weights_only" not in line, "torch's advice to load unsafely is not passed on"
 
     # The same checkpoint on a text host: the observation layout differs.
     check_usage_error(
@@ -190,7 +196,8 @@ def test_a_pickled_object_in_a_checkpoint_is_refused(tiny_tasks, workdir: Path, 
     """weights_only=True: a checkpoint carrying arbitrary Python objects never runs their code."""
     evil = tmp_path / "evil.pt"
     torch.save({"format": CHECKPOINT_FORMAT, "payload": Path("/")}, evil)
-    check_usage_error(capsys, ["ppo", "--resume", str(evil)], "evil.pt", "corrupt or unreadable")
+    line = check_usage_error(capsys, ["ppo", "--resume", str(evil)], "evil.pt", "Python objects other than tensors")
+    assert "weights_only" not in line, "torch's advice to load unsafely is not passed on"
 
 
 def test_a_checkpoint_of_an_older_format_is_refused_in_one_line(

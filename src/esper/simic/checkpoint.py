@@ -16,6 +16,8 @@ A checkpoint is a plain dict of tensors, numbers, strings, lists and dicts (ever
 
 from __future__ import annotations
 
+import pickle
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -68,8 +70,17 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     """Read a checkpoint onto the CPU; any problem is a `CheckpointError` naming the file."""
     if not path.is_file():
         raise CheckpointError(f"checkpoint {str(path)!r} does not exist or is not a file")
+    if not zipfile.is_zipfile(path):  # torch's own message for this suggests weights_only=False
+        raise CheckpointError(
+            f"checkpoint {str(path)!r} is corrupt or unreadable: not the zip archive torch.save writes"
+        )
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        raise CheckpointError(
+            f"checkpoint {str(path)!r} is corrupt or unreadable: it holds Python objects other than tensors and "
+            "plain data, which Esper does not load (loading them can run code)"
+        ) from exc
     except Exception as exc:  # torch raises many types for a damaged file
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise CheckpointError(f"checkpoint {str(path)!r} is corrupt or unreadable: {first_line}") from exc
