@@ -9,11 +9,14 @@
 # 2. culls (recipe v22s): the base policy, acting greedily, demonstrates 12 episodes in which a
 #    probationary seed is culled exactly when its measured contribution is <= 0 (`sign-culls`);
 #    only those keep/cull decisions are cloned (200 steps), with the odds of the other ops held at
-#    the base policy's (`--clone-anchor 10`). The one PPO episode after it has learning rate 0: it
-#    only writes the checkpoint.
+#    the base policy's (`--clone-anchor 10`). The one PPO episode after it has learning rate 0: the
+#    weights stay as cloned; its observations join the observation normaliser's statistics.
 #
 # The policy is RUN_DIR/culls/checkpoints/round-0001.pt (use it as policy:PATH). Its floating-point
 # results depend on the CPU's kernels: another machine gives another draw of the recipe.
+# ESPER names the program to run (default: esper on the PATH), e.g. ESPER=.venv/bin/esper.
+# Stopped during stage 1? Go on with `esper ppo --resume last --run-dir RUN_DIR/base --episodes 32`,
+# then run stage 2's command below by hand (the script refuses a RUN_DIR that holds a stage).
 set -euo pipefail
 run_dir="${1:-runs/policy-shapes}"
 esper="${ESPER:-esper}"

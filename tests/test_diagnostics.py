@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from conftest import tiny_shapes_task, training_signals
 from esper.kasmina import Topology
 from esper.leyline import GateThresholds, LifecycleOp, SeedStage
+from esper.scripts.evaluate import policy_diagnostics
 from esper.scripts.train import main
 from esper.tamiyo import HEADS, PolicySpaces, sample_factored
 from esper.tamiyo.diagnostics import BINS, DecisionDiagnostics, KeepCullCounts
@@ -101,8 +102,8 @@ def test_the_keep_score_is_p_fossilize_minus_p_cull_of_each_probationary_seed() 
     assert report["op_mix"]["wait"] == 1.0 and report["entropy"]["op"] == 1.0
     assert report["keep_cull"] == {"auc": 1.0, "helpful": 1, "harmful": 1}
     assert diagnostics.state()["keep_cull_decisions"] == [
-        {"epoch": s.epoch, "slot": "early", "keep_score": 0.5, "contribution": 2.0},
-        {"epoch": s.epoch, "slot": "mid", "keep_score": -0.3, "contribution": -1.0},
+        {"epoch": s.epoch, "slot": "early", "keep_score": pytest.approx(0.5), "contribution": 2.0},
+        {"epoch": s.epoch, "slot": "mid", "keep_score": pytest.approx(-0.3), "contribution": -1.0},
     ]
 
 
@@ -129,10 +130,20 @@ def test_ppo_metrics_and_eval_json_carry_the_diagnostics(tiny_shapes, workdir: P
     assert sum(diagnostics["op_mix"].values()) == pytest.approx(1.0, abs=1e-3)
     assert set(diagnostics["entropy"]) == set(HEADS)
     assert set(diagnostics["keep_cull"]) == {"auc", "helpful", "harmful"}
-    per_seed = diagnostics["keep_cull_decisions"]
-    assert len(per_seed) == 2, "one list per seed"
-    helpful = sum(d["contribution"] > 0 for seed in per_seed for d in seed)
-    assert (helpful, sum(map(len, per_seed)) - helpful) == (
-        diagnostics["keep_cull"]["helpful"],
-        diagnostics["keep_cull"]["harmful"],
-    )
+    assert len(diagnostics["keep_cull_decisions"]) == 2, "one list per seed"
+
+
+def test_eval_lists_each_seed_s_keep_cull_decisions_in_seed_order() -> None:
+    """The per-seed lists follow the seeds' order, not the order the episodes finished in, add up
+    to the AUC's counts, and an episode saved before Esper recorded them gives None."""
+    rows = []
+    for seed, contribution in ((9, -1.0), (7, 2.0)):
+        s = training_signals([slot("early", SeedStage.PROBATIONARY, contribution=contribution)])
+        diagnostics = DecisionDiagnostics(HEADS)
+        diagnostics.record(s, int(LifecycleOp.WAIT), torch.zeros(len(HEADS)), torch.zeros(len(LifecycleOp), 1))
+        rows.append({"seed": seed, "diagnostics": diagnostics.state()})
+    report = policy_diagnostics(rows)
+    assert [[d["contribution"] for d in seed] for seed in report["keep_cull_decisions"]] == [[2.0], [-1.0]]
+    assert (report["keep_cull"]["helpful"], report["keep_cull"]["harmful"]) == (1, 1)
+    del rows[0]["diagnostics"]["keep_cull_decisions"]  # seed 9's, saved by an older Esper
+    assert [None if d is None else len(d) for d in policy_diagnostics(rows)["keep_cull_decisions"]] == [1, None]

@@ -36,6 +36,30 @@ def test_the_shapes_policy_ships_small_and_loads_with_weights_only() -> None:
     assert parse_controller("policy:shapes").path == str(path)
 
 
+def test_the_shapes_policy_is_the_recipe_script_s_second_stage() -> None:
+    """The shipped file's own settings are those of the script's stage 2 (so the command its
+    record names is the one that made it), and its training seeds are the two stages' own."""
+    payload = torch.load(trained_policy_path("shapes"), map_location="cpu", weights_only=True)
+    settings = payload["settings"]
+    script = (REPO / trained_policy_record("shapes")["command"].removeprefix("bash ")).read_text()
+    stage_two = {
+        "--seed": settings["seed"],
+        "--clone-episodes": settings["clone_episodes"],
+        "--clone-teacher": settings["clone_teacher"],
+        "--clone-decisions": settings["clone_decisions"],
+        "--clone-steps": settings["clone_steps"],
+        "--clone-anchor": f"{settings['clone_anchor']:g}",
+        "--slots": " ".join(settings["slots"]),
+        "--blueprints": " ".join(settings["blueprints"]),
+        "--episodes": settings["episodes"],
+        "--n-envs": settings["n_envs"],
+    }
+    for flag, value in stage_two.items():
+        assert f"{flag} {value}" in script, f"{flag} {value}"
+    seeds = {int(s) for s in payload["training_seeds"]}
+    assert seeds <= set(range(12000, 12038)) | set(range(15000, 15013)), "stage 1's seeds and stage 2's"
+
+
 def test_eval_refuses_the_shapes_policy_on_a_seed_it_trained_on(capsys) -> None:
     seed = min(trained_policy_record("shapes")["training_seeds"])
     argv = ["eval", "--task", "shapes", "--controllers", "heuristic", "policy:shapes", "--seeds", f"{seed}:{seed + 2}"]

@@ -57,10 +57,13 @@ class KeepCullCounts:
         index = round((min(max(score, -1.0), 1.0) + 1.0) / 2.0 * (BINS - 1))
         self.counts[int(helpful), index] += 1
 
-    def record(self, signals: TrainingSignals, pair_probs: torch.Tensor) -> None:
-        """One decision: `pair_probs` (ops, slots) the policy's probability of each op on each slot."""
-        for s, keep in keep_scores(signals, pair_probs):
+    def record(self, signals: TrainingSignals, pair_probs: torch.Tensor) -> list[tuple[SlotSignals, float]]:
+        """One decision: `pair_probs` (ops, slots) the policy's probability of each op on each slot.
+        Returns the scored slots with their keep scores, as counted."""
+        scored = keep_scores(signals, pair_probs)
+        for s, keep in scored:
             self.add(keep, s.contribution > 0)  # type: ignore[operator]
+        return scored
 
     @property
     def helpful(self) -> int:
@@ -95,8 +98,9 @@ class DecisionDiagnostics:
         self.keep_cull = KeepCullCounts()
         self.keep_cull_decisions: list[dict[str, object]] = []
         """Each keep/cull decision recorded here (not those `absorb`ed): its epoch, the slot, the
-        keep score and the contribution. The counts give the AUC; these say which decisions carry
-        it, and let the AUC of several evals be pooled."""
+        keep score and the contribution, unrounded (a rounded contribution could flip its label).
+        The counts give the AUC; these say which decisions carry it. Pool several through
+        `KeepCullCounts.add`, so ties are binned as the reported AUC bins them."""
 
     def record(self, signals: TrainingSignals, op: int, entropies: torch.Tensor, pair_probs: torch.Tensor) -> None:
         """One decision: the op taken, each head's entropy (H,), the (op, slot) probabilities."""
@@ -104,11 +108,9 @@ class DecisionDiagnostics:
         for k, value in enumerate(entropies.tolist()):
             self.entropy_sums[k] += value
         self.decisions += 1
-        for slot, keep in keep_scores(signals, pair_probs):
-            self.keep_cull.add(keep, slot.contribution > 0)  # type: ignore[operator]
-            contribution = round(slot.contribution, 4)  # type: ignore[arg-type]
-            decision = {"epoch": signals.epoch, "slot": slot.name, "keep_score": round(keep, 4)}
-            self.keep_cull_decisions.append({**decision, "contribution": contribution})
+        for slot, keep in self.keep_cull.record(signals, pair_probs):
+            decision = {"epoch": signals.epoch, "slot": slot.name, "keep_score": keep}
+            self.keep_cull_decisions.append({**decision, "contribution": slot.contribution})
 
     def state(self) -> dict[str, object]:
         """The raw sums, as plain lists: what a worker process sends back to be `absorb`ed."""
