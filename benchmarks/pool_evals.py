@@ -12,6 +12,8 @@ every name it has (`--a policy:shapes --a policy:/tmp/recipe/v12/checkpoints/rou
 first is the one reported); each file must hold exactly one of them. Where one name means
 different controllers in different files (one checkpoint path reused by two runs), `NAME@FILE`
 makes an alias count only in the file whose name is FILE (`--a policy:/tmp/v12/round-0008.pt@eval_a.json`).
+Files that record their policies' hashes (`policy_sha256`, evals since 2026-11-25) must agree on
+them: `policy:shapes` names whatever ships at the time of the eval.
 Prints JSON.
 """
 
@@ -42,13 +44,23 @@ def names_for(names: list[str], path: str) -> list[str]:
     return usable
 
 
-def controller_in(run: dict, names: list[str], path: str) -> dict:
+def controller_in(run: dict, names: list[str], path: str) -> tuple[dict, str | None]:
+    """The controller's per-seed lists in one file, and the sha256 of its policy file where the
+    file records it (evals since 2026-11-25; None otherwise)."""
     names = names_for(names, path)
     found = [name for name in names if name in run["controllers"]]
     if len(found) != 1:
         held = " ".join(run["controllers"])
         raise SystemExit(f"pool_evals: {path} holds {len(found)} of {' '.join(names)} (it holds: {held})")
-    return run["controllers"][found[0]]
+    return run["controllers"][found[0]], run.get("policy_sha256", {}).get(found[0])
+
+
+def check_one_policy(hashes: dict[str, str], names: list[str]) -> None:
+    """A name can mean two policies (`policy:shapes` is whatever ships at the time): refuse to pool
+    files whose recorded policy files differ."""
+    if len(set(hashes.values())) > 1:
+        listed = ", ".join(f"{path}: {digest[:12]}" for path, digest in hashes.items())
+        raise SystemExit(f"pool_evals: {' '.join(names)} is not one policy across these files ({listed})")
 
 
 def pool(paths: list[str], a_names: list[str], b_names: list[str]) -> dict:
@@ -58,12 +70,17 @@ def pool(paths: list[str], a_names: list[str], b_names: list[str]) -> dict:
     a_params: list[float] = []
     b_params: list[float] = []
     per_file = []
+    a_hashes: dict[str, str] = {}
+    b_hashes: dict[str, str] = {}
     for path in paths:
         run = json.loads(Path(path).read_text(encoding="utf-8"))
         overlap = sorted(set(seeds) & set(run["seeds"]))
         if overlap:
             raise SystemExit(f"pool_evals: {path} repeats seeds {overlap}; pool disjoint seed sets only")
-        a, b = controller_in(run, a_names, path), controller_in(run, b_names, path)
+        (a, a_hash), (b, b_hash) = controller_in(run, a_names, path), controller_in(run, b_names, path)
+        for hashes, digest in ((a_hashes, a_hash), (b_hashes, b_hash)):
+            if digest is not None:
+                hashes[path] = digest
         seeds += run["seeds"]
         a_acc += a["test_accuracy"]
         b_acc += b["test_accuracy"]
@@ -71,6 +88,8 @@ def pool(paths: list[str], a_names: list[str], b_names: list[str]) -> dict:
         b_params += b["seed_params"]
         diff = paired_difference(a["test_accuracy"], b["test_accuracy"])
         per_file.append({"file": path, "seeds": [run["seeds"][0], run["seeds"][-1]], "a_minus_b": diff.to_json()})
+    check_one_policy(a_hashes, a_names)
+    check_one_policy(b_hashes, b_names)
     return {
         "a": split_alias(a_names[0])[0],
         "b": split_alias(b_names[0])[0],

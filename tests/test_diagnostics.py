@@ -3,6 +3,7 @@ mix and head entropies, in `ppo` metrics and in `eval.json`."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -131,6 +132,7 @@ def test_ppo_metrics_and_eval_json_carry_the_diagnostics(tiny_shapes, workdir: P
     assert set(diagnostics["entropy"]) == set(HEADS)
     assert set(diagnostics["keep_cull"]) == {"auc", "helpful", "harmful"}
     assert len(diagnostics["keep_cull_decisions"]) == 2, "one list per seed"
+    assert report["policy_sha256"] == {f"policy:{checkpoint}": hashlib.sha256(checkpoint.read_bytes()).hexdigest()}
 
 
 def test_eval_lists_each_seed_s_keep_cull_decisions_in_seed_order() -> None:

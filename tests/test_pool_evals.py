@@ -71,3 +71,20 @@ def test_an_alias_given_with_its_file_counts_in_that_file_only(tmp_path: Path) -
     assert pooled["a_minus_b_test_accuracy"]["mean"] == pytest.approx((1.0 + 1.0) / 2)
     with pytest.raises(SystemExit, match="holds 0 of"):
         pool([other], names, ["h"])
+
+
+def test_one_name_recorded_with_two_policy_files_is_refused(tmp_path: Path) -> None:
+    """`policy:shapes` names whatever ships when the eval runs: files that record different hashes
+    for it are not one policy and are not pooled; a file without hashes (older evals) is taken as
+    it is."""
+    pool = load_script().pool
+    runs = {"policy:shapes": ([70.0], [10]), "heuristic": ([69.0], [0])}
+    paths = []
+    for name, seed, digest in (("a.json", 0, "aa" * 32), ("b.json", 1, "bb" * 32), ("c.json", 2, None)):
+        path = Path(eval_file(tmp_path / name, [seed], runs))
+        if digest is not None:
+            path.write_text(json.dumps({**json.loads(path.read_text()), "policy_sha256": {"policy:shapes": digest}}))
+        paths.append(str(path))
+    assert pool([paths[0], paths[2]], ["policy:shapes"], ["heuristic"])["n_seeds"] == 2
+    with pytest.raises(SystemExit, match="is not one policy across these files"):
+        pool(paths, ["policy:shapes"], ["heuristic"])

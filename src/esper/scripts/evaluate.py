@@ -20,6 +20,7 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import functools
+import hashlib
 import json
 import multiprocessing
 import os
@@ -479,7 +480,14 @@ def comparison(run: EvalRun, results: list[dict[str, Any]], width: int | None) -
         "test_accuracy": {name: estimate(values).to_json() for name, values in test.items()},
         "paired": {f"{a} - {b}": paired_difference(test[a], test[b]).to_json() for a, b in pairs(run.controllers)},
         "diagnostics": {name: policy_diagnostics([r for r in results if r["controller"] == name]) for name in policies},
+        "policy_sha256": {s.name: file_sha256(s.path) for s in run.controllers if s.kind == "policy"},  # type: ignore[arg-type]
     }
+
+
+def file_sha256(path: str) -> str:
+    """Which policy file a name meant: `policy:shapes` names whatever ships at the time, and a
+    checkpoint path can be reused by another run, so pooled evals check the hash, not the name."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 def policy_diagnostics(rows: list[dict[str, Any]]) -> dict[str, object]:
