@@ -5,8 +5,6 @@ that trained it."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 from pathlib import Path
 
 import torch
@@ -36,28 +34,30 @@ def test_the_shapes_policy_ships_small_and_loads_with_weights_only() -> None:
     assert parse_controller("policy:shapes").path == str(path)
 
 
-def test_the_shapes_policy_is_the_recipe_script_s_second_stage() -> None:
-    """The shipped file's own settings are those of the script's stage 2 (so the command its
-    record names is the one that made it), and its training seeds are the two stages' own."""
+def test_the_shapes_policy_is_the_recipe_script_s_run() -> None:
+    """The shipped file's own settings are those of the script's `esper ppo` command (so the
+    command its record names is the one that made it), and its training seeds are that run's."""
     payload = torch.load(trained_policy_path("shapes"), map_location="cpu", weights_only=True)
-    settings = payload["settings"]
+    settings, knobs = payload["settings"], payload["knobs"]
     script = (REPO / trained_policy_record("shapes")["command"].removeprefix("bash ")).read_text()
-    stage_two = {
+    flags = {
         "--seed": settings["seed"],
         "--clone-episodes": settings["clone_episodes"],
-        "--clone-teacher": settings["clone_teacher"],
-        "--clone-decisions": settings["clone_decisions"],
         "--clone-steps": settings["clone_steps"],
-        "--clone-anchor": f"{settings['clone_anchor']:g}",
         "--slots": " ".join(settings["slots"]),
         "--blueprints": " ".join(settings["blueprints"]),
         "--episodes": settings["episodes"],
         "--n-envs": settings["n_envs"],
+        "--ppo.ent_coef": f"{knobs['ppo']['ent_coef']:g}",
+        "--ppo.ent_coef_final": f"{knobs['ppo']['ent_coef_final']:g}",
+        "--reward.static_baseline": str(knobs["reward"]["static_baseline"]).lower(),
     }
-    for flag, value in stage_two.items():
+    for flag, value in flags.items():
         assert f"{flag} {value}" in script, f"{flag} {value}"
+    assert settings["clone_teacher"] == "heuristic" and settings["clone_decisions"] == "all"
+    assert settings["init_policy"] is None and "--init-policy" not in script
     seeds = {int(s) for s in payload["training_seeds"]}
-    assert seeds <= set(range(12000, 12038)) | set(range(15000, 15013)), "stage 1's seeds and stage 2's"
+    assert seeds == set(range(12000, 12029, 4)) | set(range(12032, 12038)), "its PPO seeds and cloned seeds"
 
 
 def test_eval_refuses_the_shapes_policy_on_a_seed_it_trained_on(capsys) -> None:
@@ -75,20 +75,3 @@ def test_grow_runs_the_shapes_policy_on_the_real_task(workdir, tmp_path) -> None
     )
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["controller"] == "policy:shapes" and summary["task"] == "shapes"
-
-
-def test_the_recipe_script_refuses_a_run_directory_that_holds_a_run(tmp_path) -> None:
-    """`benchmarks/train_policy_shapes.sh RUN_DIR` checks before it trains: a RUN_DIR with a
-    stage's folder in it is a one-line error, exit 2, and nothing runs (ESPER points at a program
-    that would fail if it did)."""
-    (tmp_path / "base").mkdir()
-    (tmp_path / "base" / "kept.txt").write_text("a finished stage")
-    done = subprocess.run(
-        ["bash", str(REPO / "benchmarks" / "train_policy_shapes.sh"), str(tmp_path)],
-        env={**os.environ, "ESPER": "false"},
-        capture_output=True,
-        text=True,
-    )
-    assert done.returncode == 2 and done.stdout == ""
-    assert done.stderr.count("\n") == 1 and str(tmp_path) in done.stderr
-    assert sorted(p.name for p in tmp_path.rglob("*")) == ["base", "kept.txt"]
