@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -113,6 +114,31 @@ def test_a_policy_controller_runs_on_seeds_it_never_trained_on(
     report = json.loads((run_dir / "eval.json").read_text())
     assert len(report["controllers"][f"policy:{policy_checkpoint}"]["test_accuracy"]) == 2
     assert f"policy:{policy_checkpoint} - static" in report["paired"]
+
+
+def test_resume_refuses_a_policy_file_that_changed_since_its_episodes_were_saved(
+    tiny_shapes, policy_checkpoint: Path, workdir: Path, tmp_path: Path, capsys
+) -> None:
+    """The saved episodes record the hash of the file they played; a resume with another file
+    under the same name would pair two policies' episodes, so it is refused and nothing is
+    written. The same file resumes, and eval.json records the hash the episodes played."""
+    policy = tmp_path / "policy.pt"
+    policy.write_bytes(policy_checkpoint.read_bytes())
+    run_dir = tmp_path / "eval"
+    argv = ["eval", "--controllers", "static", f"policy:{policy}", "--seeds", "7:8", *FAST, "--run-dir", str(run_dir)]
+    assert main(argv) == 0
+    saved = json.loads((run_dir / "episodes.jsonl").read_text().splitlines()[-1])
+    digest = hashlib.sha256(policy.read_bytes()).hexdigest()
+    assert saved["policy_sha256"] == digest
+    assert main([*argv, "--resume", "last"]) == 0
+    payload = torch.load(policy, weights_only=True)
+    payload["learner"]["episodes_done"] += 1  # the same policy's file written again by another round
+    torch.save(payload, policy)
+    before = (run_dir / "eval.json").read_bytes()
+    capsys.readouterr()
+    check_usage_error(capsys, [*argv, "--resume", "last"], "is not the one its saved episodes played", "new --run-dir")
+    assert (run_dir / "eval.json").read_bytes() == before
+    assert json.loads(before)["policy_sha256"] == {f"policy:{policy}": digest}
 
 
 def test_eval_refuses_the_seeds_a_policy_trained_on(

@@ -154,6 +154,8 @@ class EvalRun:
     run_dir: Path
     finished: tuple[dict[str, Any], ...] = ()
     """`--resume last`: the episode results the run directory already holds."""
+    policy_hashes: dict[str, str] = dataclasses.field(default_factory=dict)
+    """The sha256 of each policy controller's file as the run began (`file_sha256`)."""
 
 
 # --------------------------------------------------------------------------- arguments
@@ -290,8 +292,10 @@ def resolve_eval(args: argparse.Namespace, rest: list[str]) -> EvalRun:
     finished: tuple[dict[str, Any], ...] = ()
     if args.resume is not None and args.run_dir is None:
         raise UsageError("--resume last needs --run-dir: the run directory to continue (or to start)")
+    policy_hashes = {s.name: file_sha256(s.path) for s in controllers if s.kind == "policy"}  # type: ignore[arg-type]
     if args.resume is not None and check_same_run(run_dir, config, frozenset({"workers"})):
         finished = tuple(read_jsonl(run_dir / EPISODES_FILE))
+        check_same_policies(finished, policy_hashes, controllers)
     else:
         check_run_dir(run_dir, RUN_FILES)
     load_task_data(task, settings["data_dir"])  # a missing or corrupt dataset fails here, before any episode
@@ -307,8 +311,24 @@ def resolve_eval(args: argparse.Namespace, rest: list[str]) -> EvalRun:
     )
     return EvalRun(
         task, env, controllers, seeds, knobs["heuristic"], blueprints, bool(settings["sample"]), settings["data_dir"],
-        dataclasses.asdict(knobs["host"]), workers, config, run_dir, finished,
+        dataclasses.asdict(knobs["host"]), workers, config, run_dir, finished, policy_hashes,
     )  # fmt: skip
+
+
+def check_same_policies(
+    finished: tuple[dict[str, Any], ...], policy_hashes: dict[str, str], controllers: tuple[ControllerSpec, ...]
+) -> None:
+    """A resumed eval pairs its saved episodes with new ones, so each policy's file must be the one
+    they were played with: `policy:shapes` names whatever ships, and a checkpoint path can be
+    written again. Episodes saved before Esper recorded the hash are not checked."""
+    paths = {s.name: s.path for s in controllers}
+    for row in finished:
+        saved, now = row.get("policy_sha256"), policy_hashes.get(row["controller"])
+        if saved is not None and saved != now:
+            raise UsageError(
+                f"--resume last: {row['controller']}'s file {paths.get(row['controller'])} is not the one its saved "
+                f"episodes played (sha256 {saved[:12]}... then, {str(now)[:12]}... now); evaluate it in a new --run-dir"
+            )
 
 
 # --------------------------------------------------------------------------- episodes
@@ -434,6 +454,8 @@ def run_all(
         done = (f.result() for f in concurrent.futures.as_completed(futures) if not f.cancelled())
     with (run.run_dir / EPISODES_FILE).open("a", encoding="utf-8") as record:
         for r in done:
+            if r["controller"] in run.policy_hashes:
+                r["policy_sha256"] = run.policy_hashes[r["controller"]]
             results.append(r)
             record.write(json.dumps(r, allow_nan=False) + "\n")
             record.flush()
@@ -480,7 +502,7 @@ def comparison(run: EvalRun, results: list[dict[str, Any]], width: int | None) -
         "test_accuracy": {name: estimate(values).to_json() for name, values in test.items()},
         "paired": {f"{a} - {b}": paired_difference(test[a], test[b]).to_json() for a, b in pairs(run.controllers)},
         "diagnostics": {name: policy_diagnostics([r for r in results if r["controller"] == name]) for name in policies},
-        "policy_sha256": {s.name: file_sha256(s.path) for s in run.controllers if s.kind == "policy"},  # type: ignore[arg-type]
+        "policy_sha256": run.policy_hashes,
     }
 
 

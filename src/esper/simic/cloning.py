@@ -128,9 +128,11 @@ class SignCulls:
     probation whose measured contribution is at or below zero (the first such slot), and where
     the policy would cull a seed on probation above zero it waits instead. Everything else,
     when and where to grow, is the policy's own. Zero, not a gate setting, because the
-    contribution's sign is what the keep/cull AUC scores (`esper.tamiyo.diagnostics`); under the
-    default gates (`probation_cull_contribution` 0) a harmful seed the policy waits on is culled
-    by the lifecycle one epoch later anyway, so this teacher only makes that cull the policy's."""
+    contribution's sign is what the keep/cull AUC scores (`esper.tamiyo.diagnostics`). Under the
+    default gates a seed the policy waits on is culled by the lifecycle only if its *next*
+    reading is at or below `probation_cull_contribution` (0), and on `shapes` a first reading at
+    or below zero is mostly above zero one epoch later (`benchmarks/first_readings.py`), so this
+    teacher culls seeds the lifecycle would have kept: it trades accuracy for the AUC."""
 
     def __init__(self, policy: PolicyController) -> None:
         self.policy = policy
