@@ -12,8 +12,8 @@ every name it has (`--a policy:shapes --a policy:/tmp/recipe/v12/checkpoints/rou
 first is the one reported); each file must hold exactly one of them. Where one name means
 different controllers in different files (one checkpoint path reused by two runs), `NAME@FILE`
 makes an alias count only in the file whose name is FILE (`--a policy:/tmp/v12/round-0008.pt@eval_a.json`).
-Files that record their policies' hashes (`policy_sha256`, evals since 2026-11-25) must agree on
-them: `policy:shapes` names whatever ships at the time of the eval.
+Files that record their policies' hashes (`policy_sha256`, of the tensors acting reads; evals since
+2026-11-25) must agree on them: `policy:shapes` names whatever ships at the time of the eval.
 Prints JSON.
 """
 

@@ -3,7 +3,6 @@ mix and head entropies, in `ppo` metrics and in `eval.json`."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from esper.kasmina import Topology
 from esper.leyline import GateThresholds, LifecycleOp, SeedStage
 from esper.scripts.evaluate import policy_diagnostics
 from esper.scripts.train import main
+from esper.simic.checkpoint import policy_sha256
 from esper.tamiyo import HEADS, PolicySpaces, sample_factored
 from esper.tamiyo.diagnostics import BINS, DecisionDiagnostics, KeepCullCounts
 from esper.tolaria import TASKS
@@ -132,7 +132,7 @@ def test_ppo_metrics_and_eval_json_carry_the_diagnostics(tiny_shapes, workdir: P
     assert set(diagnostics["entropy"]) == set(HEADS)
     assert set(diagnostics["keep_cull"]) == {"auc", "helpful", "harmful"}
     assert len(diagnostics["keep_cull_decisions"]) == 2, "one list per seed"
-    assert report["policy_sha256"] == {f"policy:{checkpoint}": hashlib.sha256(checkpoint.read_bytes()).hexdigest()}
+    assert report["policy_sha256"] == {f"policy:{checkpoint}": policy_sha256(checkpoint)}
 
 
 def test_eval_lists_each_seed_s_keep_cull_decisions_in_seed_order() -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
@@ -13,6 +12,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from conftest import tiny_shapes_task
 from esper.scripts.evaluate import ControllerSpec, pairs
 from esper.scripts.train import main
+from esper.simic.checkpoint import policy_only, policy_sha256
 from esper.tolaria import TASKS
 from test_cli import check_usage_error, plateau_task
 
@@ -116,23 +116,40 @@ def test_a_policy_controller_runs_on_seeds_it_never_trained_on(
     assert f"policy:{policy_checkpoint} - static" in report["paired"]
 
 
+def test_a_policy_s_hash_is_of_its_tensors_not_of_its_file(policy_checkpoint: Path, tmp_path: Path) -> None:
+    """The checkpoint and its cut-down copy (what ships) are one policy; a changed weight is another."""
+    cut = tmp_path / "cut.pt"
+    torch.save(policy_only(torch.load(policy_checkpoint, weights_only=True)), cut)
+    assert cut.read_bytes() != policy_checkpoint.read_bytes()
+    assert policy_sha256(cut) == policy_sha256(policy_checkpoint)
+    payload = torch.load(cut, weights_only=True)
+    mean = payload["learner"]["obs_norm"]["mean"]
+    mean[0] += 1.0
+    torch.save(payload, cut)
+    assert policy_sha256(cut) != policy_sha256(policy_checkpoint)
+
+
 def test_resume_refuses_a_policy_file_that_changed_since_its_episodes_were_saved(
     tiny_shapes, policy_checkpoint: Path, workdir: Path, tmp_path: Path, capsys
 ) -> None:
-    """The saved episodes record the hash of the file they played; a resume with another file
-    under the same name would pair two policies' episodes, so it is refused and nothing is
-    written. The same file resumes, and eval.json records the hash the episodes played."""
+    """The saved episodes record the hash of the policy they played (`policy_sha256`: its tensors,
+    not the file's bytes); a resume with another policy under the same name would pair two
+    policies' episodes, so it is refused and nothing is written. The same policy resumes, re-saved
+    or not, and eval.json records the hash the episodes played."""
     policy = tmp_path / "policy.pt"
     policy.write_bytes(policy_checkpoint.read_bytes())
     run_dir = tmp_path / "eval"
     argv = ["eval", "--controllers", "static", f"policy:{policy}", "--seeds", "7:8", *FAST, "--run-dir", str(run_dir)]
     assert main(argv) == 0
     saved = json.loads((run_dir / "episodes.jsonl").read_text().splitlines()[-1])
-    digest = hashlib.sha256(policy.read_bytes()).hexdigest()
+    digest = policy_sha256(policy)
     assert saved["policy_sha256"] == digest
-    assert main([*argv, "--resume", "last"]) == 0
     payload = torch.load(policy, weights_only=True)
-    payload["learner"]["episodes_done"] += 1  # the same policy's file written again by another round
+    payload["learner"]["episodes_done"] += 1  # the same policy saved again with other metadata
+    torch.save(payload, policy)
+    assert main([*argv, "--resume", "last"]) == 0
+    weights = payload["learner"]["policy"]
+    weights[next(iter(weights))] += 0.5  # another policy under the same path
     torch.save(payload, policy)
     before = (run_dir / "eval.json").read_bytes()
     capsys.readouterr()

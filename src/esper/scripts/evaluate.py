@@ -20,7 +20,6 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import functools
-import hashlib
 import json
 import multiprocessing
 import os
@@ -64,7 +63,7 @@ from esper.scripts.config import (
     split_config,
 )
 from esper.scripts.signals import GracefulStop, StopRequested
-from esper.simic.checkpoint import CheckpointError
+from esper.simic.checkpoint import CheckpointError, policy_sha256
 from esper.simic.controller import PolicyController
 from esper.simic.distributed import SINGLE_PROCESS
 from esper.tamiyo import (
@@ -155,7 +154,7 @@ class EvalRun:
     finished: tuple[dict[str, Any], ...] = ()
     """`--resume last`: the episode results the run directory already holds."""
     policy_hashes: dict[str, str] = dataclasses.field(default_factory=dict)
-    """The sha256 of each policy controller's file as the run began (`file_sha256`)."""
+    """Each policy controller's `policy_sha256` as the run began."""
 
 
 # --------------------------------------------------------------------------- arguments
@@ -292,7 +291,7 @@ def resolve_eval(args: argparse.Namespace, rest: list[str]) -> EvalRun:
     finished: tuple[dict[str, Any], ...] = ()
     if args.resume is not None and args.run_dir is None:
         raise UsageError("--resume last needs --run-dir: the run directory to continue (or to start)")
-    policy_hashes = {s.name: file_sha256(s.path) for s in controllers if s.kind == "policy"}  # type: ignore[arg-type]
+    policy_hashes = {s.name: policy_sha256(Path(s.path)) for s in controllers if s.kind == "policy"}  # type: ignore[arg-type]
     if args.resume is not None and check_same_run(run_dir, config, frozenset({"workers"})):
         finished = tuple(read_jsonl(run_dir / EPISODES_FILE))
         check_same_policies(finished, policy_hashes, controllers)
@@ -504,12 +503,6 @@ def comparison(run: EvalRun, results: list[dict[str, Any]], width: int | None) -
         "diagnostics": {name: policy_diagnostics([r for r in results if r["controller"] == name]) for name in policies},
         "policy_sha256": run.policy_hashes,
     }
-
-
-def file_sha256(path: str) -> str:
-    """Which policy file a name meant: `policy:shapes` names whatever ships at the time, and a
-    checkpoint path can be reused by another run, so pooled evals check the hash, not the name."""
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 def policy_diagnostics(rows: list[dict[str, Any]]) -> dict[str, object]:

@@ -16,6 +16,7 @@ A checkpoint is a plain dict of tensors, numbers, strings, lists and dicts (ever
 
 from __future__ import annotations
 
+import hashlib
 import pickle
 import zipfile
 from pathlib import Path
@@ -105,6 +106,24 @@ def read_checkpoint(path: Path, required: dict[str, tuple[str, ...]] = REQUIRED_
             what = f"{key}.{missing[0]}" if missing and value is not None else key
             raise CheckpointError(f"checkpoint {str(path)!r} lacks {what!r}: it was not written by `esper ppo`")
     return payload
+
+
+def policy_sha256(path: Path) -> str:
+    """Which policy a checkpoint holds: the sha256 of what acting reads, the policy's and the
+    observation normaliser's state, not of the file's bytes. Why: `policy:shapes` names whatever
+    ships at the time and a checkpoint path can be written again, so evals record this to tell
+    policies apart; and one policy saved twice (a full checkpoint, then `policy_only` with other
+    metadata) is still one policy."""
+    learner = read_checkpoint(path, POLICY_KEYS)["learner"]
+    digest = hashlib.sha256()
+    for part in POLICY_KEYS["learner"]:
+        for key, value in sorted(learner[part].items()):
+            if isinstance(value, torch.Tensor):
+                digest.update(f"{part}.{key}:{value.dtype}:{tuple(value.shape)}:".encode())
+                digest.update(value.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+            else:
+                digest.update(f"{part}.{key}={value!r};".encode())
+    return digest.hexdigest()
 
 
 def policy_only(payload: dict[str, Any]) -> dict[str, Any]:
