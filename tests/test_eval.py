@@ -162,7 +162,10 @@ def test_eval_refuses_the_seeds_a_policy_trained_on(
     tiny_shapes, policy_checkpoint: Path, workdir: Path, capsys
 ) -> None:
     argv = ["eval", "--controllers", "static", f"policy:{policy_checkpoint}", "--seeds", "6:8", *FAST]
-    check_usage_error(capsys, argv, "trained on seed 6", "--seeds")
+    line = check_usage_error(capsys, argv, "trained on seed 6; evaluate on seeds it never trained on", "--seeds")
+    assert "more of these" not in line, "seed 7 is not one of its training seeds"
+    argv = ["eval", "--controllers", "static", f"policy:{policy_checkpoint}", "--seeds", "4:8", *FAST]
+    check_usage_error(capsys, argv, "trained on seed 5 (and 1 more of these)")
     assert not Path("runs").exists()
 
 

@@ -246,9 +246,9 @@ def check_policy(spec: ControllerSpec, task: TaskSpec, seeds: tuple[int, ...], f
         )
     overlap = sorted(set(seeds) & set(controller.training_seeds))
     if overlap:
+        more = f" (and {len(overlap) - 1} more of these)" if len(overlap) > 1 else ""
         raise UsageError(
-            f"--seeds: {spec.name} was trained on seed {overlap[0]} (and {len(overlap) - 1} more of these); "
-            f"evaluate on seeds it never trained on"
+            f"--seeds: {spec.name} was trained on seed {overlap[0]}{more}; evaluate on seeds it never trained on"
         )
 
 
