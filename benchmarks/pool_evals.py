@@ -12,8 +12,9 @@ every name it has (`--a policy:shapes --a policy:/tmp/recipe/v12/checkpoints/rou
 first is the one reported); each file must hold exactly one of them. Where one name means
 different controllers in different files (one checkpoint path reused by two runs), `NAME@FILE`
 makes an alias count only in the file whose name is FILE (`--a policy:/tmp/v12/round-0008.pt@eval_a.json`).
-Files that record their policies' hashes (`policy_sha256`, of the tensors acting reads; evals since
-2026-11-25) must agree on them: `policy:shapes` names whatever ships at the time of the eval.
+Files that record their policies' hashes (`policy_sha256`, of each policy's weights and observation
+statistics; evals since 2026-11-25) must agree on them: `policy:shapes` names whatever ships at the
+time of the eval.
 Prints JSON.
 """
 
@@ -45,7 +46,7 @@ def names_for(names: list[str], path: str) -> list[str]:
 
 
 def controller_in(run: dict, names: list[str], path: str) -> tuple[dict, str | None]:
-    """The controller's per-seed lists in one file, and the sha256 of its policy file where the
+    """The controller's per-seed lists in one file, and its policy's `policy_sha256` where the
     file records it (evals since 2026-11-25; None otherwise)."""
     names = names_for(names, path)
     found = [name for name in names if name in run["controllers"]]

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The recipe behind `policy:shapes`, from scratch (about 50 minutes on two CPU cores):
+# The recipe behind `policy:shapes`, from scratch (50 to 55 minutes on two CPU cores):
 #
 #   bash benchmarks/train_policy_shapes.sh [RUN_DIR]      (default runs/policy-shapes)
 #

@@ -158,6 +158,39 @@ def test_resume_refuses_a_policy_file_that_changed_since_its_episodes_were_saved
     assert json.loads(before)["policy_sha256"] == {f"policy:{policy}": digest}
 
 
+def test_a_policy_file_replaced_while_the_eval_runs_stops_it(
+    tiny_shapes, policy_checkpoint: Path, workdir: Path, tmp_path: Path, monkeypatch, capsys
+) -> None:
+    """Each episode loads the policy from its path, so a file replaced mid-run (a new policy
+    shipped under the same name) would give episodes of two policies: the eval stops at the first
+    episode of the other one, in one line, exit 1, with the episodes before it saved and not that one."""
+    import esper.scripts.evaluate as evaluate
+
+    policy = tmp_path / "policy.pt"
+    policy.write_bytes(policy_checkpoint.read_bytes())
+    real = evaluate.episode_result
+
+    def replaced_after_the_first(job):
+        if job.rng_seed == 8:
+            payload = torch.load(policy, weights_only=True)
+            weights = payload["learner"]["policy"]
+            weights[next(iter(weights))] += 0.5
+            torch.save(payload, policy)
+        return real(job)
+
+    monkeypatch.setattr(evaluate, "episode_result", replaced_after_the_first)
+    run_dir = tmp_path / "eval"
+    argv = ["eval", "--controllers", f"policy:{policy}", "--seeds", "7:9", *FAST, "--run-dir", str(run_dir)]
+    capsys.readouterr()
+    assert main(argv) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("esper: error: ")
+    assert "changed while the eval ran" in err[0] and "at seed 8" in err[0] and "new --run-dir" in err[0]
+    saved = [json.loads(line) for line in (run_dir / "episodes.jsonl").read_text().splitlines()]
+    assert [r["seed"] for r in saved] == [7]
+    assert not (run_dir / "eval.json").exists()
+
+
 def test_eval_refuses_the_seeds_a_policy_trained_on(
     tiny_shapes, policy_checkpoint: Path, workdir: Path, capsys
 ) -> None:

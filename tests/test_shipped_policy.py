@@ -12,6 +12,7 @@ import torch
 from esper.scripts.evaluate import parse_controller
 from esper.scripts.train import main
 from esper.simic import PolicyController
+from esper.simic.checkpoint import policy_sha256
 from esper.tamiyo import trained_policy_names, trained_policy_path, trained_policy_record
 from test_cli import check_usage_error
 
@@ -58,6 +59,14 @@ def test_the_shapes_policy_is_the_recipe_script_s_run() -> None:
     assert settings["init_policy"] is None and "--init-policy" not in script
     seeds = {int(s) for s in payload["training_seeds"]}
     assert seeds == set(range(12000, 12029, 4)) | set(range(12032, 12038)), "its PPO seeds and cloned seeds"
+
+
+def test_the_shapes_policy_is_the_one_its_record_s_eval_measured() -> None:
+    """The eval the record names measured this very policy (the hash it recorded), so a redraw of
+    the recipe shipped without a new eval fails here."""
+    record = trained_policy_record("shapes")
+    measured = json.loads((REPO / record["eval"]).read_text())["policy_sha256"]["policy:shapes"]
+    assert policy_sha256(trained_policy_path("shapes")) == measured
 
 
 def test_eval_refuses_the_shapes_policy_on_a_seed_it_trained_on(capsys) -> None:

@@ -40,6 +40,7 @@ from esper.leyline import GateThresholds
 from esper.nissa import Event, TelemetryHub
 from esper.nissa.tensorboard import EVAL_RESULT, TensorBoardBackend
 from esper.scripts.common import (
+    RunFailure,
     UsageError,
     check_minimum,
     check_run_dir,
@@ -419,6 +420,7 @@ def episode_result(job: EpisodeJob) -> dict[str, Any]:
     task = HostTraining(**job.host_knobs).apply(get_task(job.task_name))
     config = EnvConfig(task=task, **job.env_fields)
     env = MorphogeneticEnv(config, _task_data(job.task_name, tuple(sorted(job.host_knobs.items())), job.data_dir))
+    digest = policy_sha256(Path(job.spec.path)) if job.spec.kind == "policy" else None  # type: ignore[arg-type]
     controller = build_controller(job, config)
     outcome = run_episode(env, controller, rng_seed=job.rng_seed, episode=job.rng_seed)
     diagnostics = controller.diagnostics if isinstance(controller, PolicyController) else None
@@ -434,6 +436,7 @@ def episode_result(job: EpisodeJob) -> dict[str, Any]:
         "seconds": outcome.seconds,
         "grown_seeds": [record.to_json() for record in outcome.records],
         "diagnostics": diagnostics.state() if diagnostics else None,
+        **({"policy_sha256": digest} if digest is not None else {}),
     }
 
 
@@ -444,6 +447,7 @@ def run_all(
     `pool` is None), each result saved as it completes. After a signal, the episodes running
     are finished and saved, the others not started, and `StopRequested` is raised."""
     held = {(r["controller"], r["seed"]): r for r in run.finished}
+    paths = {s.name: s.path for s in specs}
     results = [held[(s.name, seed)] for s in specs for seed in run.seeds if (s.name, seed) in held]
     jobs = [job for job in episode_jobs(run, specs, host_width) if (job.spec.name, job.rng_seed) not in held]
     if pool is None:
@@ -453,8 +457,16 @@ def run_all(
         done = (f.result() for f in concurrent.futures.as_completed(futures) if not f.cancelled())
     with (run.run_dir / EPISODES_FILE).open("a", encoding="utf-8") as record:
         for r in done:
-            if r["controller"] in run.policy_hashes:
-                r["policy_sha256"] = run.policy_hashes[r["controller"]]
+            expected = run.policy_hashes.get(r["controller"])
+            if expected is not None and r["policy_sha256"] != expected:  # its episodes would mix two policies
+                if pool is not None:
+                    for future in futures:
+                        future.cancel()
+                raise RunFailure(
+                    f"{r['controller']}'s file {paths[r['controller']]} changed while the eval ran (sha256 "
+                    f"{expected[:12]}... at the start, {r['policy_sha256'][:12]}... at seed {r['seed']}); "
+                    f"the {len(results)} episodes before it are saved; evaluate it in a new --run-dir"
+                )
             results.append(r)
             record.write(json.dumps(r, allow_nan=False) + "\n")
             record.flush()

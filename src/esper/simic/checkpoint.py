@@ -109,11 +109,12 @@ def read_checkpoint(path: Path, required: dict[str, tuple[str, ...]] = REQUIRED_
 
 
 def policy_sha256(path: Path) -> str:
-    """Which policy a checkpoint holds: the sha256 of what acting reads, the policy's and the
-    observation normaliser's state, not of the file's bytes. Why: `policy:shapes` names whatever
-    ships at the time and a checkpoint path can be written again, so evals record this to tell
-    policies apart; and one policy saved twice (a full checkpoint, then `policy_only` with other
-    metadata) is still one policy."""
+    """Which policy a checkpoint holds: the sha256 of its network's weights and its observation
+    normaliser's state, not of the file's bytes. Why: `policy:shapes` names whatever ships at the
+    time and a checkpoint path can be written again, so evals record this to tell policies apart;
+    and one policy saved twice (a full checkpoint, then `policy_only` with other metadata) is
+    still one policy. The run's slots, blueprints and gates, which also shape how it acts, are
+    not in it: a name whose runs differ in those differs in the eval's settings too."""
     learner = read_checkpoint(path, POLICY_KEYS)["learner"]
     digest = hashlib.sha256()
     for part in POLICY_KEYS["learner"]:
