@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
-SCRIPT = Path(__file__).parents[1] / "benchmarks" / "first_readings.py"
+from conftest import load_benchmark
 
 
 def load_script():
-    spec = importlib.util.spec_from_file_location("first_readings", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("first_readings")
 
 
 def decision(epoch: int, slot: str, keep: float, contribution: float) -> dict:

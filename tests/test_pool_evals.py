@@ -2,20 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).parents[1] / "benchmarks" / "pool_evals.py"
+from conftest import load_benchmark
 
 
 def load_script():
-    spec = importlib.util.spec_from_file_location("pool_evals", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("pool_evals")
 
 
 def eval_file(path: Path, seeds: list[int], controllers: dict[str, tuple[list[float], list[int]]]) -> str:

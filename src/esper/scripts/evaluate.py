@@ -315,19 +315,26 @@ def resolve_eval(args: argparse.Namespace, rest: list[str]) -> EvalRun:
     )  # fmt: skip
 
 
+def played_another_policy(row: dict[str, Any], policy_hashes: dict[str, str]) -> bool:
+    """An episode's result records a policy other than its controller's in `policy_hashes`: an eval
+    that paired it with the others would mix two policies (`policy:shapes` names whatever ships,
+    and a checkpoint path can be written again). Episodes saved before Esper recorded the hash,
+    and other controllers', are taken as they are."""
+    played, expected = row.get("policy_sha256"), policy_hashes.get(row["controller"])
+    return played is not None and expected is not None and played != expected
+
+
 def check_same_policies(
     finished: tuple[dict[str, Any], ...], policy_hashes: dict[str, str], controllers: tuple[ControllerSpec, ...]
 ) -> None:
-    """A resumed eval pairs its saved episodes with new ones, so each policy's file must be the one
-    they were played with: `policy:shapes` names whatever ships, and a checkpoint path can be
-    written again. Episodes saved before Esper recorded the hash are not checked."""
+    """A resumed eval pairs its saved episodes with new ones, so each policy must be the one they played."""
     paths = {s.name: s.path for s in controllers}
     for row in finished:
-        saved, now = row.get("policy_sha256"), policy_hashes.get(row["controller"])
-        if saved is not None and saved != now:
+        if played_another_policy(row, policy_hashes):
             raise UsageError(
-                f"--resume last: {row['controller']}'s file {paths.get(row['controller'])} is not the one its saved "
-                f"episodes played (sha256 {saved[:12]}... then, {str(now)[:12]}... now); evaluate it in a new --run-dir"
+                f"--resume last: {row['controller']}'s file {paths[row['controller']]} is not the one its saved "
+                f"episodes played (sha256 {row['policy_sha256'][:12]}... then, "
+                f"{policy_hashes[row['controller']][:12]}... now); evaluate it in a new --run-dir"
             )
 
 
@@ -457,15 +464,15 @@ def run_all(
         done = (f.result() for f in concurrent.futures.as_completed(futures) if not f.cancelled())
     with (run.run_dir / EPISODES_FILE).open("a", encoding="utf-8") as record:
         for r in done:
-            expected = run.policy_hashes.get(r["controller"])
-            if expected is not None and r["policy_sha256"] != expected:  # its episodes would mix two policies
+            if played_another_policy(r, run.policy_hashes):
                 if pool is not None:
                     for future in futures:
                         future.cancel()
                 raise RunFailure(
                     f"{r['controller']}'s file {paths[r['controller']]} changed while the eval ran (sha256 "
-                    f"{expected[:12]}... at the start, {r['policy_sha256'][:12]}... at seed {r['seed']}); "
-                    f"the {len(results)} episodes before it are saved; evaluate it in a new --run-dir"
+                    f"{run.policy_hashes[r['controller']][:12]}... at the start, {r['policy_sha256'][:12]}... at "
+                    f"seed {r['seed']}); the {len(results)} episodes before it are saved; "
+                    "evaluate it in a new --run-dir"
                 )
             results.append(r)
             record.write(json.dumps(r, allow_nan=False) + "\n")
