@@ -423,12 +423,17 @@ def run_one(job: EpisodeJob) -> dict[str, Any]:
     return episode_result(job)
 
 
-def episode_result(job: EpisodeJob) -> dict[str, Any]:
+def episode_env(job: EpisodeJob) -> MorphogeneticEnv:
+    """The env a job's episode runs in, as every controller of the eval gets it."""
     task = HostTraining(**job.host_knobs).apply(get_task(job.task_name))
     config = EnvConfig(task=task, **job.env_fields)
-    env = MorphogeneticEnv(config, _task_data(job.task_name, tuple(sorted(job.host_knobs.items())), job.data_dir))
+    return MorphogeneticEnv(config, _task_data(job.task_name, tuple(sorted(job.host_knobs.items())), job.data_dir))
+
+
+def episode_result(job: EpisodeJob) -> dict[str, Any]:
+    env = episode_env(job)
     digest = policy_sha256(Path(job.spec.path)) if job.spec.kind == "policy" else None  # type: ignore[arg-type]
-    controller = build_controller(job, config)
+    controller = build_controller(job, env.config)
     outcome = run_episode(env, controller, rng_seed=job.rng_seed, episode=job.rng_seed)
     diagnostics = controller.diagnostics if isinstance(controller, PolicyController) else None
     return {

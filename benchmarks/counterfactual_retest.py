@@ -1,0 +1,260 @@
+"""How much of a probationary seed's measured contribution is the seed, and how much the sample.
+
+Why: the gates, every controller and the keep/cull AUC read a seed's counterfactual contribution
+on the selection split, 2,000 images on `shapes`, where one image is 0.05 points. A probationary
+seed's first reading is typically a few tenths of a point either side of zero: a handful of
+images. Whether its sign says anything about the seed is a question of measurement, and this
+script answers it by measuring twice.
+
+It replays `esper eval` episodes of the given controllers (the same settings, seeds, and so the
+same decisions) and, at every decision where a seed is on probation, measures that seed's
+contribution again on a *retest sample*: `--retest-images` fresh images from the task's own
+generator, a stream that none of the task's splits draws from (`RETEST_STREAM`), normalised with
+the training split's statistics as the splits are, with the same BatchNorm recalibration and the
+same fused measurement (`esper.tolaria.training.validate`). No decision reads it, so the episode
+goes on exactly as in `eval` (the final test accuracies can be checked against an `eval.json`
+with `--check-against`). With 20,000 images the retest reading is a tenfold sample; where it and
+the selection reading disagree in sign, the selection reading's sign was the sample's.
+
+    python benchmarks/counterfactual_retest.py --controllers policy:shapes heuristic --seeds 150:160 \
+        [--retest-images 20000] [--workers 2] [--check-against eval.json] [--out FILE]
+
+Prints JSON (and writes it to `--out`): every probationary reading (controller, seed, epoch,
+slot, epochs on probation, the selection and retest contributions, a policy's keep score), and
+per controller, for the first readings and for all: how often the two signs agree, the
+correlation, the spread of the selection reading around the retest one, and of the readings at or
+below zero on the selection split how many the retest sample puts above zero; for a policy, its
+keep/cull AUC with each decision labelled by the selection reading's sign (what `eval` reports)
+and by the retest reading's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import json
+import math
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from esper.kasmina import StageChange
+from esper.leyline import Decision, SeedStage, TrainingSignals
+from esper.scripts.evaluate import EpisodeJob, EvalRun, build_controller, episode_env, episode_jobs, resolve_eval
+from esper.scripts.train import build_parser
+from esper.simic.controller import PolicyController
+from esper.tamiyo.diagnostics import KeepCullCounts
+from esper.tolaria.datasets import ImageData, normalize_channels, procedural_shapes
+from esper.tolaria.environment import MorphogeneticEnv
+from esper.tolaria.episode import Controller, run_episode
+from esper.tolaria.passes import VALIDATION_BATCH_SIZE
+from esper.tolaria.tasks import SHAPES_DATA_SEED
+from esper.tolaria.training import validate
+
+RETEST_STREAM = 1_000_003
+"""The generator seed of the retest images: `load_shapes` draws the task's three splits from
+streams 3s, 3s+1 and 3s+2 of its data seed s (0 here), and no task uses this one."""
+
+
+def retest_images(data: ImageData, n: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """`n` fresh `shapes` images in batches, standardised with the training pool's channel
+    statistics, as `load_shapes` standardises the selection and test splits (the pool is drawn
+    again to get them, and checked to be the task's)."""
+    size = data.val_x.shape[-1]
+    train_x, _ = procedural_shapes(data.train_x.shape[0], seed=3 * SHAPES_DATA_SEED, image_size=size)
+    x, y = procedural_shapes(n, seed=RETEST_STREAM, image_size=size)
+    train_x, x = normalize_channels(train_x, x)
+    if not torch.equal(train_x, data.train_x.cpu()):
+        raise SystemExit("counterfactual_retest: the task's training pool is not shapes data seed 0's")
+    step = VALIDATION_BATCH_SIZE
+    return [(x[i : i + step].to(data.val_x.device), y[i : i + step].to(data.val_x.device)) for i in range(0, n, step)]
+
+
+class Retesting:
+    """Wraps a controller: before each decision, every probationary seed the decision will see is
+    measured again on the retest images. It reads the model and writes nothing the episode uses."""
+
+    def __init__(self, inner: Controller, env: MorphogeneticEnv, batches: list[tuple[torch.Tensor, torch.Tensor]]):
+        self.inner, self.env, self.batches = inner, env, batches
+        self.readings: list[dict[str, Any]] = []
+
+    def reset(self) -> None:
+        self.inner.reset()
+
+    def decide(self, signals: TrainingSignals) -> Decision:
+        scored = [s for s in signals.slots if s.stage is SeedStage.PROBATIONARY and s.contribution is not None]
+        if scored:
+            model, data = self.env.model, self.env.passes.data
+            assert model is not None
+            names = tuple(s.name for s in scored)
+            calibration = data.calibration_batches(VALIDATION_BATCH_SIZE)
+            retest = validate(model, self.batches, names, self.env.config.amp, calibration)
+            for s in scored:
+                self.readings.append(
+                    {
+                        "epoch": signals.epoch,
+                        "slot": s.name,
+                        "epochs_on_probation": s.epochs_in_stage,
+                        "selection": s.contribution,
+                        "retest": retest.contribution(s.name),
+                    }
+                )
+        return self.inner.decide(signals)
+
+    def record_step(self, decision: Decision, changes: Sequence[tuple[str, StageChange]]) -> None:
+        self.inner.record_step(decision, changes)
+
+
+def replay(job: EpisodeJob, n_images: int) -> dict[str, Any]:
+    """One `eval` episode with every probationary decision's seed measured on the retest images."""
+    torch.set_num_threads(1)
+    env = episode_env(job)
+    inner = build_controller(job, env.config)
+    controller = Retesting(inner, env, retest_images(env.passes.data, n_images))  # type: ignore[arg-type]
+    outcome = run_episode(env, controller, rng_seed=job.rng_seed, episode=job.rng_seed)
+    if isinstance(inner, PolicyController):
+        keep = {(d["epoch"], d["slot"]): d["keep_score"] for d in inner.diagnostics.keep_cull_decisions}
+        for r in controller.readings:
+            r["keep_score"] = keep[(r["epoch"], r["slot"])]
+    for r in controller.readings:
+        r.update(controller=job.spec.name, seed=job.rng_seed)
+    return {
+        "controller": job.spec.name,
+        "seed": job.rng_seed,
+        "test_accuracy": outcome.final_test_accuracy,
+        "selection_images": env.passes.data.split_sizes()["val"],
+        "readings": controller.readings,
+    }
+
+
+def first_readings(readings: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each seed's first probationary reading (one epoch on probation is its second)."""
+    return [r for r in readings if r["epochs_on_probation"] == 0]
+
+
+def agreement(readings: list[dict[str, Any]]) -> dict[str, Any]:
+    """How far the selection reading is the retest reading, over `readings`."""
+    if not readings:
+        return {"n": 0}
+    sel = [r["selection"] for r in readings]
+    ret = [r["retest"] for r in readings]
+    gaps = [a - b for a, b in zip(sel, ret, strict=True)]
+    at_or_below = [r for r in readings if r["selection"] <= 0]
+    above = [r for r in readings if r["selection"] > 0]
+    out: dict[str, Any] = {
+        "n": len(readings),
+        "sign_agreement": round(sum((a > 0) == (b > 0) for a, b in zip(sel, ret, strict=True)) / len(sel), 4),
+        "correlation": round(statistics.correlation(sel, ret), 4) if len(sel) > 2 and len(set(sel)) > 1 else None,
+        "selection_mean": round(statistics.fmean(sel), 4),
+        "retest_mean": round(statistics.fmean(ret), 4),
+        "selection_minus_retest_sd": round(statistics.stdev(gaps), 4) if len(gaps) > 1 else None,
+        "selection_at_or_below_0": len(at_or_below),
+        "of_those_retest_above_0": sum(r["retest"] > 0 for r in at_or_below),
+        "selection_above_0": len(above),
+        "of_those_retest_at_or_below_0": sum(r["retest"] <= 0 for r in above),
+        "retest_at_or_below_0": sum(r["retest"] <= 0 for r in readings),
+    }
+    return out
+
+
+def keep_cull_auc(readings: list[dict[str, Any]], label: str) -> dict[str, float | int | None]:
+    """A policy's keep/cull AUC (`esper.tamiyo.diagnostics`) over `readings`, each labelled by the
+    sign of its `label` reading ("selection": as `eval` reports it; "retest")."""
+    counts = KeepCullCounts()
+    for r in readings:
+        counts.add(r["keep_score"], r[label] > 0)
+    return counts.to_json()
+
+
+def summarise(episodes: list[dict[str, Any]]) -> dict[str, Any]:
+    by_controller: dict[str, list[dict[str, Any]]] = {}
+    for e in episodes:
+        by_controller.setdefault(e["controller"], []).extend(e["readings"])
+    out = {}
+    for name, rows in by_controller.items():
+        out[name] = {"first_readings": agreement(first_readings(rows)), "all_readings": agreement(rows)}
+        if rows and all("keep_score" in r for r in rows):
+            out[name]["keep_cull_by_selection_sign"] = keep_cull_auc(rows, "selection")
+            out[name]["keep_cull_by_retest_sign"] = keep_cull_auc(rows, "retest")
+    return out
+
+
+def check_against(episodes: list[dict[str, Any]], path: Path) -> list[str]:
+    """The episodes whose final test accuracy differs from `path`'s eval.json (none: the retest
+    measurements changed nothing)."""
+    report = json.loads(path.read_text())
+    index = {seed: k for k, seed in enumerate(report["seeds"])}
+    differ = []
+    for e in episodes:
+        held = report["controllers"].get(e["controller"])
+        if held is None or e["seed"] not in index:
+            continue
+        if not math.isclose(held["test_accuracy"][index[e["seed"]]], e["test_accuracy"], abs_tol=1e-9):
+            differ.append(f"{e['controller']} seed {e['seed']}")
+    return differ
+
+
+def eval_run(controllers: Sequence[str], seeds: str, max_epochs: int | None) -> EvalRun:
+    """The settings `esper eval --task shapes` resolves for these controllers and seeds."""
+    argv = ["eval", "--task", "shapes", "--controllers", *controllers, "--seeds", seeds]
+    argv += [] if max_epochs is None else ["--max-epochs", str(max_epochs)]
+    with tempfile.TemporaryDirectory() as scratch:
+        parsed, rest = build_parser().parse_known_args([*argv, "--run-dir", str(Path(scratch) / "run")])
+        return resolve_eval(parsed, rest)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--controllers", nargs="+", default=["policy:shapes", "heuristic"])
+    parser.add_argument("--seeds", default="150:160", help="A:B, as in `esper eval`")
+    parser.add_argument("--max-epochs", type=int, help="host epochs per episode (default: the task's)")
+    parser.add_argument("--retest-images", type=int, default=20_000)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--check-against", type=Path, help="an eval.json of the same controllers and seeds")
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args(argv)
+    if args.retest_images < VALIDATION_BATCH_SIZE:
+        parser.error(f"--retest-images {args.retest_images}: at least {VALIDATION_BATCH_SIZE}")
+    if args.workers < 1:
+        parser.error(f"--workers {args.workers}: at least 1")
+    run = eval_run(args.controllers, args.seeds, args.max_epochs)
+    growing = [s for s in run.controllers if s.grows]
+    if not growing:
+        parser.error(f"--controllers {' '.join(args.controllers)}: none of them grows seeds")
+    started = time.time()
+    episodes = []
+    with concurrent.futures.ProcessPoolExecutor(args.workers) as pool:
+        futures = [pool.submit(replay, job, args.retest_images) for job in episode_jobs(run, growing, None)]
+        for future in concurrent.futures.as_completed(futures):
+            e = future.result()
+            episodes.append(e)
+            print(f"  {e['controller']} seed {e['seed']}: {len(e['readings'])} probationary readings", file=sys.stderr)
+    episodes.sort(key=lambda e: ([s.name for s in growing].index(e["controller"]), e["seed"]))
+    result: dict[str, Any] = {
+        "command": "python benchmarks/counterfactual_retest.py " + " ".join(sys.argv[1:] if argv is None else argv),
+        "seeds": list(run.seeds),
+        "selection_images": episodes[0]["selection_images"],
+        "retest_images": args.retest_images,
+        "minutes": round((time.time() - started) / 60, 1),
+        "torch": torch.__version__,
+        "summary": summarise(episodes),
+        "test_accuracy": {f"{e['controller']} {e['seed']}": e["test_accuracy"] for e in episodes},
+        "readings": [r for e in episodes for r in e["readings"]],
+    }
+    if args.check_against is not None:
+        result["differs_from_eval"] = check_against(episodes, args.check_against)
+    text = json.dumps(result, indent=1)
+    if args.out is not None:
+        args.out.write_text(text + "\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,74 @@
+"""`benchmarks/counterfactual_retest.py`: a probationary seed measured again on fresh images."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import load_benchmark, tiny_shapes_task
+from test_cli import plateau_task
+
+from esper.scripts.evaluate import episode_jobs, episode_result
+from esper.tolaria import TASKS
+
+
+def load_script():
+    return load_benchmark("counterfactual_retest")
+
+
+def reading(epochs_on_probation: int, selection: float, retest: float) -> dict:
+    return {"epochs_on_probation": epochs_on_probation, "selection": selection, "retest": retest}
+
+
+def test_retest_readings_leave_the_episode_as_eval_runs_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(TASKS, "shapes", plateau_task(tiny_shapes_task()))  # the heuristic grows at once
+    module = load_script()
+    run = module.eval_run(["heuristic"], "3:4", 12)
+    (job,) = episode_jobs(run, list(run.controllers), None)
+    replayed = module.replay(job, 500)
+    assert replayed["test_accuracy"] == episode_result(job)["test_accuracy"]
+    readings = replayed["readings"]
+    assert readings and {r["epochs_on_probation"] for r in readings} >= {0}
+    for r in readings:
+        assert r["controller"] == "heuristic" and r["seed"] == 3 and r["slot"] in ("early", "mid", "late")
+        assert -100.0 <= r["retest"] <= 100.0
+        assert r["retest"] * 5 == pytest.approx(round(r["retest"] * 5))  # 500 images: steps of 0.2 points
+
+
+def test_agreement_counts_signs_and_spread() -> None:
+    rows = [reading(0, -0.3, 0.4), reading(0, 0.2, 0.1), reading(0, 0.5, -0.2), reading(1, -0.1, -0.5)]
+    out = load_script().agreement(rows)
+    assert out["n"] == 4
+    assert out["sign_agreement"] == 0.5
+    assert out["selection_at_or_below_0"] == 2 and out["of_those_retest_above_0"] == 1
+    assert out["selection_above_0"] == 2 and out["of_those_retest_at_or_below_0"] == 1
+    assert out["retest_at_or_below_0"] == 2
+    assert out["selection_mean"] == pytest.approx(0.075) and out["retest_mean"] == pytest.approx(-0.05)
+    assert load_script().agreement([]) == {"n": 0}
+
+
+def test_first_readings_are_those_with_no_epoch_on_probation() -> None:
+    rows = [reading(0, 0.1, 0.2), reading(1, 0.3, 0.3), reading(0, -0.2, 0.0)]
+    assert load_script().first_readings(rows) == [rows[0], rows[2]]
+
+
+def test_check_against_names_the_episodes_that_differ(tmp_path) -> None:
+    path = tmp_path / "eval.json"
+    path.write_text(json.dumps({"seeds": [7, 8], "controllers": {"heuristic": {"test_accuracy": [60.0, 61.5]}}}))
+    episodes = [
+        {"controller": "heuristic", "seed": 7, "test_accuracy": 60.0},
+        {"controller": "heuristic", "seed": 8, "test_accuracy": 61.0},
+        {"controller": "policy:x", "seed": 7, "test_accuracy": 1.0},  # not in the file: not compared
+    ]
+    assert load_script().check_against(episodes, path) == ["heuristic seed 8"]
+
+
+def test_keep_cull_auc_is_the_diagnostic_s_under_either_label() -> None:
+    rows = [
+        {**reading(0, -0.2, 0.3), "keep_score": -0.5},
+        {**reading(0, 0.4, 0.5), "keep_score": 0.0},
+        {**reading(1, 0.6, -0.1), "keep_score": 0.9},
+    ]
+    module = load_script()
+    assert module.keep_cull_auc(rows, "selection") == {"auc": 1.0, "helpful": 2, "harmful": 1}
+    assert module.keep_cull_auc(rows, "retest") == {"auc": 0.0, "helpful": 2, "harmful": 1}
