@@ -46,6 +46,7 @@ import torch
 
 from esper.kasmina import StageChange
 from esper.leyline import Decision, SeedStage, TrainingSignals
+from esper.scripts.common import torch_build
 from esper.scripts.evaluate import EpisodeJob, EvalRun, build_controller, episode_env, episode_jobs, resolve_eval
 from esper.scripts.train import build_parser
 from esper.simic.controller import PolicyController
@@ -242,7 +243,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "selection_images": episodes[0]["selection_images"],
         "retest_images": args.retest_images,
         "minutes": round((time.time() - started) / 60, 1),
-        "torch": torch.__version__,
+        **torch_build(),
         "summary": summarise(episodes),
         "test_accuracy": {f"{e['controller']} {e['seed']}": e["test_accuracy"] for e in episodes},
         "readings": [r for e in episodes for r in e["readings"]],

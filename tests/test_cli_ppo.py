@@ -49,6 +49,7 @@ def test_a_run_writes_metrics_summary_and_checkpoints(tiny_tasks, workdir: Path,
     assert summary["obs_dim"] == 73 and len(summary["observation_layout"]) == 73
     assert summary["action_heads"] == {"op": 4, "slot": 3, "blueprint": 6, "schedule": 2}
     assert summary["splits"] == {"train": 400, "val": 200, "test": 200}
+    assert summary["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
     assert summary["final_test_accuracy"] == metrics[-1]["charts/final_test_accuracy"]
     assert summary["final_val_accuracy"] == metrics[-1]["charts/final_val_accuracy"]
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["round-0001.pt", "round-0002.pt"]

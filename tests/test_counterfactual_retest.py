@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import load_benchmark, tiny_shapes_task
-from test_cli import plateau_task
 
+from conftest import load_benchmark, tiny_shapes_task
 from esper.scripts.evaluate import episode_jobs, episode_result
 from esper.tolaria import TASKS
+from test_cli import plateau_task
 
 
 def load_script():

@@ -61,6 +61,7 @@ def test_eval_writes_one_entry_per_seed_and_paired_differences(
     assert "test accuracy % (95% CI)" in out and "random - static" in out
     report = json.loads((run_dir / "eval.json").read_text())
     assert report["seeds"] == [3, 4]
+    assert report["cpu_capability"] == torch.backends.cpu.get_cpu_capability()  # which draw of the kernels
     assert set(report["controllers"]) == {"static", "random", "heuristic"}
     for values in report["controllers"].values():
         assert {"test_accuracy", "val_accuracy", "seed_params", "seconds"} <= set(values)

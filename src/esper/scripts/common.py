@@ -47,6 +47,14 @@ class OneLineParser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
+def torch_build() -> dict[str, str]:
+    """The torch version and the CPU kernels it dispatched to, for a run's record. Results are
+    bitwise repeatable only where both match: the CPU capability (AVX2, AVX-512, ...) changes the
+    rounding of vectorised kernels, `torch.randn` among them, so even the embedded `shapes`
+    images differ in their last bits between an AVX2 and an AVX-512 machine."""
+    return {"torch": torch.__version__, "cpu_capability": torch.backends.cpu.get_cpu_capability()}
+
+
 def check_minimum(name: str, value: int, minimum: int) -> None:
     if value < minimum:
         raise UsageError(f"{name} must be >= {minimum}, got {value}")

@@ -50,6 +50,7 @@ from esper.scripts.common import (
     resolve_device_arg,
     resolve_slots,
     resolve_task,
+    torch_build,
 )
 from esper.scripts.config import (
     Group,
@@ -612,7 +613,7 @@ def run_eval(run: EvalRun) -> dict[str, Any]:
             print(f"  matched: a static host of width {width} (default {run.task.host_width})", flush=True)
             results += run_all(run, pool, [s for s in run.controllers if s.kind == "matched"], width, stop)
     report = comparison(run, results, width)
-    report["torch"] = torch.__version__
+    report.update(torch_build())
     write_json_atomic(run.run_dir / "eval.json", report)
     board = TelemetryHub([TensorBoardBackend(run.run_dir / "tensorboard", run.config)])
     for name, lists in report["controllers"].items():

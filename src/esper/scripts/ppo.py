@@ -39,6 +39,7 @@ from esper.scripts.common import (
     resolve_slots,
     resolve_task,
     run_telemetry,
+    torch_build,
     tracking_project,
 )
 from esper.scripts.config import (
@@ -783,7 +784,7 @@ def run_summary(
         "trainer": run.config.to_json(),
         "knobs": jsonable(run.knobs),
         "clonings": run.clonings,
-        "torch": torch.__version__,
+        **torch_build(),
     }
 
 

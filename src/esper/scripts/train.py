@@ -39,6 +39,7 @@ from esper.scripts.common import (
     resolve_slots,
     resolve_task,
     run_telemetry,
+    torch_build,
     tracking_project,
 )
 from esper.scripts.config import (
@@ -335,7 +336,7 @@ def run_growth(run: GrowthRun) -> dict:
             "blueprints": None if run.blueprints is None else list(run.blueprints),
             "device": str(run.env.device),
             "seed": run.rng_seed,
-            "torch": torch.__version__,
+            **torch_build(),
         },
     )
     write_json_atomic(run.run_dir / "summary.json", summary)
