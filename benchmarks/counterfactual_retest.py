@@ -18,6 +18,7 @@ the selection reading disagree in sign, the selection reading's sign was the sam
 
     python benchmarks/counterfactual_retest.py --controllers policy:shapes heuristic --seeds 150:160 \
         [--retest-images 20000] [--workers 2] [--check-against eval.json] [--out FILE]
+    python benchmarks/counterfactual_retest.py --pool FILE [FILE ...] [--out FILE]
 
 Prints JSON (and writes it to `--out`): every probationary reading (controller, seed, epoch,
 slot, epochs on probation, the selection and retest contributions, a policy's keep score), and
@@ -173,10 +174,10 @@ def keep_cull_auc(readings: list[dict[str, Any]], label: str) -> dict[str, float
     return counts.to_json()
 
 
-def summarise(episodes: list[dict[str, Any]]) -> dict[str, Any]:
+def summarise(readings: list[dict[str, Any]]) -> dict[str, Any]:
     by_controller: dict[str, list[dict[str, Any]]] = {}
-    for e in episodes:
-        by_controller.setdefault(e["controller"], []).extend(e["readings"])
+    for r in readings:
+        by_controller.setdefault(r["controller"], []).append(r)
     out = {}
     for name, rows in by_controller.items():
         out[name] = {"first_readings": agreement(first_readings(rows)), "all_readings": agreement(rows)}
@@ -219,7 +220,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--check-against", type=Path, help="an eval.json of the same controllers and seeds")
     parser.add_argument("--out", type=Path)
+    parser.add_argument(
+        "--pool", type=Path, nargs="+", help="summarise these files' readings together; measure nothing"
+    )
     args = parser.parse_args(argv)
+    if args.pool:
+        try:
+            return emit(pooled(args.pool), args.out)
+        except ValueError as error:
+            parser.error(str(error))
     if args.retest_images < VALIDATION_BATCH_SIZE:
         parser.error(f"--retest-images {args.retest_images}: at least {VALIDATION_BATCH_SIZE}")
     if args.workers < 1:
@@ -244,15 +253,31 @@ def main(argv: Sequence[str] | None = None) -> int:
         "retest_images": args.retest_images,
         "minutes": round((time.time() - started) / 60, 1),
         **torch_build(),
-        "summary": summarise(episodes),
+        "summary": summarise([r for e in episodes for r in e["readings"]]),
         "test_accuracy": {f"{e['controller']} {e['seed']}": e["test_accuracy"] for e in episodes},
         "readings": [r for e in episodes for r in e["readings"]],
     }
     if args.check_against is not None:
         result["differs_from_eval"] = check_against(episodes, args.check_against)
+    return emit(result, args.out)
+
+
+def pooled(paths: Sequence[Path]) -> dict[str, Any]:
+    """The summary of several runs' readings together (disjoint seeds: a seed in two files is
+    refused, as it would count its readings twice)."""
+    runs = [json.loads(path.read_text()) for path in paths]
+    seeds = [seed for run in runs for seed in run["seeds"]]
+    shared = sorted({s for s in seeds if seeds.count(s) > 1})
+    if shared:
+        raise ValueError(f"--pool: the files share seeds {shared}; pool runs on disjoint seeds")
+    readings = [r for run in runs for r in run["readings"]]
+    return {"pooled": [str(p) for p in paths], "seeds": sorted(seeds), "summary": summarise(readings)}
+
+
+def emit(result: dict[str, Any], out: Path | None) -> int:
     text = json.dumps(result, indent=1)
-    if args.out is not None:
-        args.out.write_text(text + "\n")
+    if out is not None:
+        out.write_text(text + "\n")
     print(text)
     return 0
 

@@ -72,3 +72,22 @@ def test_keep_cull_auc_is_the_diagnostic_s_under_either_label() -> None:
     module = load_script()
     assert module.keep_cull_auc(rows, "selection") == {"auc": 1.0, "helpful": 2, "harmful": 1}
     assert module.keep_cull_auc(rows, "retest") == {"auc": 0.0, "helpful": 2, "harmful": 1}
+
+
+def test_pool_summarises_runs_on_disjoint_seeds_and_refuses_a_shared_seed(tmp_path, capsys) -> None:
+    def run(path, seeds, rows):
+        path.write_text(json.dumps({"seeds": seeds, "readings": [{**r, "controller": "heuristic"} for r in rows]}))
+        return str(path)
+
+    a = run(tmp_path / "a.json", [1, 2], [reading(0, -0.3, 0.4)])
+    b = run(tmp_path / "b.json", [3], [reading(0, 0.2, 0.1), reading(1, 0.5, 0.6)])
+    module = load_script()
+    assert module.main(["--pool", a, b]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["seeds"] == [1, 2, 3]
+    assert out["summary"]["heuristic"]["first_readings"]["n"] == 2
+    assert out["summary"]["heuristic"]["all_readings"]["n"] == 3
+    c = run(tmp_path / "c.json", [2], [reading(0, 0.1, 0.1)])
+    with pytest.raises(SystemExit) as stop:
+        module.main(["--pool", a, c])
+    assert stop.value.code == 2 and "share seeds [2]" in capsys.readouterr().err
