@@ -484,6 +484,21 @@ def test_ppo_clones_its_own_policy_with_sign_culls(tiny_shapes, workdir: Path, c
 
 
 @pytest.mark.slow
+def test_ppo_runs_an_anchored_cull_cloning_and_records_its_anchor(workdir: Path, capsys, monkeypatch) -> None:
+    """The success path of `--clone-anchor` from the command line: the cloning runs on the cull
+    decisions, says how many it fitted, and the checkpoint records the anchor with the cloning."""
+    monkeypatch.setitem(TASKS, "shapes", plateau_task(tiny_shapes_task()))  # the heuristic grows at once
+    argv = ["ppo", "--episodes", "1", "--n-envs", "1", "--max-epochs", "12", "--seed", "5", "--clone-episodes", "1"]
+    argv += ["--clone-decisions", "cull", "--clone-anchor", "2", "--clone-steps", "3", "--run-dir", "run"]
+    assert main(argv) == 0
+    assert "cull decisions" in capsys.readouterr().out
+    payload = torch.load(sorted(Path("run/checkpoints").glob("round-*.pt"))[-1], weights_only=True)
+    (cloning,) = payload["clonings"]
+    assert (cloning["decisions"], cloning["anchor"]) == ("cull", 2.0)
+    assert payload["settings"]["clone_anchor"] == 2.0
+
+
+@pytest.mark.slow
 def test_an_anchored_cull_cloning_keeps_the_odds_among_the_other_ops() -> None:
     """`anchor_coef` holds the policy's odds among the ops other than CULL near where they started
     while the cull-or-not is fitted as well as without it: the KL from the starting odds is 0 at

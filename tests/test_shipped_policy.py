@@ -67,6 +67,8 @@ def test_the_shapes_policy_is_the_one_its_record_s_eval_measured() -> None:
     record = trained_policy_record("shapes")
     measured = json.loads((REPO / record["eval"]).read_text())["policy_sha256"]["policy:shapes"]
     assert policy_sha256(trained_policy_path("shapes")) == measured
+    # an eval episode records the hash of the policy its controller loaded, from that one read
+    assert PolicyController.from_checkpoint(trained_policy_path("shapes")).policy_sha256 == measured
 
 
 def test_eval_refuses_the_shapes_policy_on_a_seed_it_trained_on(capsys) -> None:

@@ -433,10 +433,11 @@ def episode_env(job: EpisodeJob) -> MorphogeneticEnv:
 
 def episode_result(job: EpisodeJob) -> dict[str, Any]:
     env = episode_env(job)
-    digest = policy_sha256(Path(job.spec.path)) if job.spec.kind == "policy" else None  # type: ignore[arg-type]
     controller = build_controller(job, env.config)
     outcome = run_episode(env, controller, rng_seed=job.rng_seed, episode=job.rng_seed)
-    diagnostics = controller.diagnostics if isinstance(controller, PolicyController) else None
+    policy = controller if isinstance(controller, PolicyController) else None
+    diagnostics = policy.diagnostics if policy else None
+    digest = policy.policy_sha256 if policy else None
     return {
         "controller": job.spec.name,
         "seed": job.rng_seed,

@@ -115,7 +115,13 @@ def policy_sha256(path: Path) -> str:
     and one policy saved twice (a full checkpoint, then `policy_only` with other metadata) is
     still one policy. The run's slots, blueprints and gates, which also shape how it acts, are
     not in it: a name whose runs differ in those differs in the eval's settings too."""
-    learner = read_checkpoint(path, POLICY_KEYS)["learner"]
+    return payload_policy_sha256(read_checkpoint(path, POLICY_KEYS))
+
+
+def payload_policy_sha256(payload: dict[str, Any]) -> str:
+    """`policy_sha256` of a checkpoint already read: a controller hashes the policy it loaded, so
+    the hash an episode records is that of the policy that played it, from one read of the file."""
+    learner = payload["learner"]
     digest = hashlib.sha256()
     for part in POLICY_KEYS["learner"]:
         for key, value in sorted(learner[part].items()):

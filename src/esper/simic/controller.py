@@ -17,7 +17,7 @@ import torch
 
 from esper.kasmina import StageChange
 from esper.leyline import Decision, GateThresholds, TrainingSignals
-from esper.simic.checkpoint import POLICY_KEYS, check_compatible, read_checkpoint
+from esper.simic.checkpoint import POLICY_KEYS, check_compatible, payload_policy_sha256, read_checkpoint
 from esper.simic.normalizer import RunningMeanStd
 from esper.tamiyo import HEADS, PolicySpaces, RecurrentPolicy
 from esper.tamiyo.diagnostics import DecisionDiagnostics
@@ -48,6 +48,8 @@ class PolicyController:
         """The task a loaded policy was trained on (None for a fresh one)."""
         self.training_seeds: tuple[int, ...] = ()
         """The RNG seeds a loaded policy's training episodes used: not held out."""
+        self.policy_sha256: str | None = None
+        """A loaded policy's `policy_sha256` (None for a fresh one)."""
         self.diagnostics = DecisionDiagnostics(HEADS)
         """Every decision since the controller was built (over episodes): op mix, head entropies,
         keep/cull AUC (`esper.tamiyo.diagnostics`)."""
@@ -84,6 +86,7 @@ class PolicyController:
         controller = PolicyController(policy, spaces, obs_norm, **kwargs)
         controller.task_name = task.name
         controller.training_seeds = tuple(int(seed) for seed in payload["training_seeds"])
+        controller.policy_sha256 = payload_policy_sha256(payload)
         return controller
 
     def reset(self) -> None:
