@@ -28,6 +28,7 @@ from torch.optim.swa_utils import update_bn
 
 from esper.kasmina import MorphogeneticModel
 from esper.leyline import BlendSchedule, Decision, GateThresholds, LifecycleOp
+from esper.scripts.common import torch_build
 from esper.tolaria import EnvConfig, MorphogeneticEnv, get_task
 from esper.tolaria.datasets import ImageData
 
@@ -90,7 +91,7 @@ def main() -> None:
                 "seed": args.seed,
                 "readings": rows,
                 "seconds": round(time.perf_counter() - start, 1),
-                "torch": torch.__version__,
+                **torch_build(),
             }
         )
     )

@@ -33,8 +33,10 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import functools
 import json
 import math
+import multiprocessing
 import statistics
 import sys
 import tempfile
@@ -46,43 +48,60 @@ from typing import Any
 import torch
 
 from esper.kasmina import StageChange
-from esper.leyline import Decision, SeedStage, TrainingSignals
-from esper.scripts.common import torch_build
-from esper.scripts.evaluate import EpisodeJob, EvalRun, build_controller, episode_env, episode_jobs, resolve_eval
+from esper.leyline import Decision, TrainingSignals
+from esper.scripts.common import UsageError, torch_build
+from esper.scripts.evaluate import (
+    EpisodeJob,
+    EvalRun,
+    build_controller,
+    episode_env,
+    episode_jobs,
+    ignore_interrupts,
+    resolve_eval,
+)
 from esper.scripts.train import build_parser
 from esper.simic.controller import PolicyController
-from esper.tamiyo.diagnostics import KeepCullCounts
-from esper.tolaria.datasets import ImageData, normalize_channels, procedural_shapes
+from esper.tamiyo.diagnostics import KeepCullCounts, scored_slots
+from esper.tolaria.datasets import Batch, ImageData, normalize_channels, procedural_shapes, shapes_streams
 from esper.tolaria.environment import MorphogeneticEnv
 from esper.tolaria.episode import Controller, run_episode
 from esper.tolaria.passes import VALIDATION_BATCH_SIZE
 from esper.tolaria.tasks import SHAPES_DATA_SEED
-from esper.tolaria.training import validate
 
 RETEST_STREAM = 1_000_003
 """The generator seed of the retest images: `load_shapes` draws the task's three splits from
-streams 3s, 3s+1 and 3s+2 of its data seed s (0 here), and no task uses this one."""
+`shapes_streams` of its data seed (0, 1 and 2 here), and no task uses this one."""
 
 
-def retest_images(data: ImageData, n: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """`n` fresh `shapes` images in batches, standardised with the training pool's channel
-    statistics, as `load_shapes` standardises the selection and test splits (the pool is drawn
-    again to get them, and checked to be the task's)."""
-    size = data.val_x.shape[-1]
-    train_x, _ = procedural_shapes(data.train_x.shape[0], seed=3 * SHAPES_DATA_SEED, image_size=size)
-    x, y = procedural_shapes(n, seed=RETEST_STREAM, image_size=size)
+@functools.lru_cache(maxsize=1)
+def standardised_retest_images(
+    n_train: int, image_size: int, n: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The training pool and `n` fresh images, both standardised with the pool's channel
+    statistics as `load_shapes` standardises its splits (one draw per worker process)."""
+    train_stream, *_ = shapes_streams(SHAPES_DATA_SEED)
+    train_x, _ = procedural_shapes(n_train, seed=train_stream, image_size=image_size)
+    x, y = procedural_shapes(n, seed=RETEST_STREAM, image_size=image_size)
     train_x, x = normalize_channels(train_x, x)
+    return train_x, x, y
+
+
+def retest_images(data: ImageData, n: int) -> list[Batch]:
+    """`n` fresh `shapes` images in the batches a measurement reads, on the data's device; the
+    pool drawn to standardise them is checked to be the task's."""
+    train_x, x, y = standardised_retest_images(data.train_x.shape[0], data.val_x.shape[-1], n)
     if not torch.equal(train_x, data.train_x.cpu()):
         raise SystemExit("counterfactual_retest: the task's training pool is not shapes data seed 0's")
-    step = VALIDATION_BATCH_SIZE
-    return [(x[i : i + step].to(data.val_x.device), y[i : i + step].to(data.val_x.device)) for i in range(0, n, step)]
+    device, step = data.val_x.device, VALIDATION_BATCH_SIZE
+    return [(x[i : i + step].to(device), y[i : i + step].to(device)) for i in range(0, n, step)]
 
 
 class Retesting:
-    """Wraps a controller: before each decision, every probationary seed the decision will see is
-    measured again on the retest images. It reads the model and writes nothing the episode uses."""
+    """Wraps a controller: before each decision, every probationary seed the decision will see
+    (the seeds a keep/cull decision is scored on) is measured again on the retest images. It reads
+    the model and writes nothing the episode uses."""
 
-    def __init__(self, inner: Controller, env: MorphogeneticEnv, batches: list[tuple[torch.Tensor, torch.Tensor]]):
+    def __init__(self, inner: Controller, env: MorphogeneticEnv, batches: list[Batch]) -> None:
         self.inner, self.env, self.batches = inner, env, batches
         self.readings: list[dict[str, Any]] = []
 
@@ -90,13 +109,11 @@ class Retesting:
         self.inner.reset()
 
     def decide(self, signals: TrainingSignals) -> Decision:
-        scored = [s for s in signals.slots if s.stage is SeedStage.PROBATIONARY and s.contribution is not None]
+        scored = [s for _, s in scored_slots(signals)]
         if scored:
-            model, data = self.env.model, self.env.passes.data
-            assert model is not None
+            assert self.env.model is not None
             names = tuple(s.name for s in scored)
-            calibration = data.calibration_batches(VALIDATION_BATCH_SIZE)
-            retest = validate(model, self.batches, names, self.env.config.amp, calibration)
+            retest = self.env.passes.measure_on(self.env.model, self.batches, names)
             for s in scored:
                 self.readings.append(
                     {
@@ -114,7 +131,8 @@ class Retesting:
 
 
 def replay(job: EpisodeJob, n_images: int) -> dict[str, Any]:
-    """One `eval` episode with every probationary decision's seed measured on the retest images."""
+    """One `eval` episode (as `esper.scripts.evaluate.run_one` runs it, one thread) with every
+    probationary decision's seed measured on the retest images too."""
     torch.set_num_threads(1)
     env = episode_env(job)
     inner = build_controller(job, env.config)
@@ -152,7 +170,7 @@ def agreement(readings: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {
         "n": len(readings),
         "sign_agreement": round(sum((a > 0) == (b > 0) for a, b in zip(sel, ret, strict=True)) / len(sel), 4),
-        "correlation": round(statistics.correlation(sel, ret), 4) if len(sel) > 2 and len(set(sel)) > 1 else None,
+        "correlation": round(statistics.correlation(sel, ret), 4) if min(len(set(sel)), len(set(ret))) > 1 else None,
         "selection_mean": round(statistics.fmean(sel), 4),
         "retest_mean": round(statistics.fmean(ret), 4),
         "selection_minus_retest_sd": round(statistics.stdev(gaps), 4) if len(gaps) > 1 else None,
@@ -174,32 +192,63 @@ def keep_cull_auc(readings: list[dict[str, Any]], label: str) -> dict[str, float
     return counts.to_json()
 
 
+class BadInput(ValueError):
+    """A bad flag or file: one line on stderr, exit code 2, nothing written."""
+
+
 def summarise(readings: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per controller: `agreement` over the first readings and over all; for a policy (its
+    readings carry keep scores) the keep/cull AUC labelled by each reading's sign."""
     by_controller: dict[str, list[dict[str, Any]]] = {}
     for r in readings:
         by_controller.setdefault(r["controller"], []).append(r)
     out = {}
     for name, rows in by_controller.items():
         out[name] = {"first_readings": agreement(first_readings(rows)), "all_readings": agreement(rows)}
-        if rows and all("keep_score" in r for r in rows):
+        if all("keep_score" in r for r in rows):
             out[name]["keep_cull_by_selection_sign"] = keep_cull_auc(rows, "selection")
             out[name]["keep_cull_by_retest_sign"] = keep_cull_auc(rows, "retest")
     return out
 
 
-def check_against(episodes: list[dict[str, Any]], path: Path) -> list[str]:
-    """The episodes whose final test accuracy differs from `path`'s eval.json (none: the retest
-    measurements changed nothing)."""
-    report = json.loads(path.read_text())
-    index = {seed: k for k, seed in enumerate(report["seeds"])}
-    differ = []
-    for e in episodes:
-        held = report["controllers"].get(e["controller"])
-        if held is None or e["seed"] not in index:
-            continue
-        if not math.isclose(held["test_accuracy"][index[e["seed"]]], e["test_accuracy"], abs_tol=1e-9):
-            differ.append(f"{e['controller']} seed {e['seed']}")
-    return differ
+def read_json(path: Path, what: str) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise BadInput(f"{what} {path}: {exc}") from None
+
+
+def eval_accuracies(path: Path, run: EvalRun, names: Sequence[str]) -> dict[tuple[str, int], float]:
+    """The test accuracy of each (controller, seed) of this run that `path`'s eval.json holds:
+    what `--check-against` compares the replayed episodes with. Read before the run, so a file
+    that holds none of them is refused before an hour is spent."""
+    report = read_json(path, "--check-against")
+    try:
+        index = {int(seed): k for k, seed in enumerate(report["seeds"])}
+        held = {
+            (name, seed): float(report["controllers"][name]["test_accuracy"][index[seed]])
+            for name in names
+            if name in report["controllers"]
+            for seed in run.seeds
+            if seed in index
+        }
+    except (KeyError, IndexError, TypeError, ValueError) as exc:
+        raise BadInput(f"--check-against {path}: not an eval.json ({exc!r})") from None
+    if not held:
+        raise BadInput(f"--check-against {path}: holds none of these controllers' episodes on seeds {run.seeds}")
+    return held
+
+
+def check_against(episodes: list[dict[str, Any]], held: dict[tuple[str, int], float]) -> dict[str, Any]:
+    """How many replayed episodes an eval.json holds, and which of them ended with another test
+    accuracy (none: the retest measurements changed nothing, and the machines drew alike)."""
+    compared = [e for e in episodes if (e["controller"], e["seed"]) in held]
+    differ = [
+        f"{e['controller']} seed {e['seed']}"
+        for e in compared
+        if not math.isclose(held[(e["controller"], e["seed"])], e["test_accuracy"], abs_tol=1e-9)
+    ]
+    return {"compared": len(compared), "differ": differ}
 
 
 def eval_run(controllers: Sequence[str], seeds: str, max_epochs: int | None) -> EvalRun:
@@ -208,7 +257,85 @@ def eval_run(controllers: Sequence[str], seeds: str, max_epochs: int | None) -> 
     argv += [] if max_epochs is None else ["--max-epochs", str(max_epochs)]
     with tempfile.TemporaryDirectory() as scratch:
         parsed, rest = build_parser().parse_known_args([*argv, "--run-dir", str(Path(scratch) / "run")])
-        return resolve_eval(parsed, rest)
+        try:
+            return resolve_eval(parsed, rest)
+        except UsageError as error:
+            raise BadInput(str(error)) from None
+
+
+def check_out(out: Path | None) -> None:
+    """`--out` must be writable before the run, not after it."""
+    if out is not None and (out.is_dir() or not out.parent.is_dir()):
+        raise BadInput(f"--out {out}: not a file in an existing folder")
+
+
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    if args.retest_images < VALIDATION_BATCH_SIZE:
+        raise BadInput(f"--retest-images {args.retest_images}: at least {VALIDATION_BATCH_SIZE}")
+    if args.workers < 1:
+        raise BadInput(f"--workers {args.workers}: at least 1")
+    run = eval_run(args.controllers, args.seeds, args.max_epochs)
+    growing = [s for s in run.controllers if s.grows]
+    if not growing:
+        raise BadInput(f"--controllers {' '.join(args.controllers)}: none of them grows seeds")
+    names = [s.name for s in growing]
+    held = None if args.check_against is None else eval_accuracies(args.check_against, run, names)
+    started = time.time()
+    episodes = []
+    context = multiprocessing.get_context("spawn")  # as `esper eval` runs its episodes
+    with concurrent.futures.ProcessPoolExecutor(
+        args.workers, mp_context=context, initializer=ignore_interrupts
+    ) as pool:
+        futures = [pool.submit(replay, job, args.retest_images) for job in episode_jobs(run, growing, None)]
+        for future in concurrent.futures.as_completed(futures):
+            e = future.result()
+            episodes.append(e)
+            print(f"  {e['controller']} seed {e['seed']}: {len(e['readings'])} probationary readings", file=sys.stderr)
+    episodes.sort(key=lambda e: (names.index(e["controller"]), e["seed"]))
+    result: dict[str, Any] = {
+        "command": "python benchmarks/counterfactual_retest.py " + " ".join(args.argv),
+        "seeds": list(run.seeds),
+        "selection_images": episodes[0]["selection_images"],
+        "retest_images": args.retest_images,
+        "minutes": round((time.time() - started) / 60, 1),
+        **torch_build(),
+        "summary": summarise([r for e in episodes for r in e["readings"]]),
+        "test_accuracy": {f"{e['controller']} {e['seed']}": e["test_accuracy"] for e in episodes},
+        "readings": [r for e in episodes for r in e["readings"]],
+    }
+    if held is not None:
+        result["check_against_eval"] = check_against(episodes, held)
+    return result
+
+
+SAME_IN_POOLED_RUNS = ("selection_images", "retest_images")
+"""What must match for two runs' readings to mean the same thing."""
+
+
+def pooled(paths: Sequence[Path]) -> dict[str, Any]:
+    """The summary of several runs' readings together. Their seeds must be disjoint (a seed in
+    two files would count its readings twice) and their samples the same sizes; the torch
+    builds they ran on are listed, one per file (a file from before they were recorded: None)."""
+    runs = [read_json(path, "--pool") for path in paths]
+    try:
+        seeds = [int(seed) for run in runs for seed in run["seeds"]]
+        readings = [r for run in runs for r in run["readings"]]
+        sizes = {key: {run[key] for run in runs} for key in SAME_IN_POOLED_RUNS}
+    except (KeyError, TypeError) as exc:
+        raise BadInput(f"--pool: not a counterfactual_retest result ({exc!r})") from None
+    shared = sorted({s for s in seeds if seeds.count(s) > 1})
+    if shared:
+        raise BadInput(f"--pool: the files share seeds {shared}; pool runs on disjoint seeds")
+    for key, values in sizes.items():
+        if len(values) > 1:
+            raise BadInput(f"--pool: the files differ in {key} ({sorted(values)}); their readings are not alike")
+    return {
+        "pooled": [str(p) for p in paths],
+        "seeds": sorted(seeds),
+        **{key: values.pop() for key, values in sizes.items()},
+        "builds": [{key: run.get(key) for key in ("torch", "cpu_capability")} for run in runs],
+        "summary": summarise(readings),
+    }
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -220,64 +347,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--check-against", type=Path, help="an eval.json of the same controllers and seeds")
     parser.add_argument("--out", type=Path)
-    parser.add_argument(
-        "--pool", type=Path, nargs="+", help="summarise these files' readings together; measure nothing"
-    )
+    help_pool = "summarise these files' readings together; measure nothing"
+    parser.add_argument("--pool", type=Path, nargs="+", help=help_pool)
     args = parser.parse_args(argv)
-    if args.pool:
-        try:
-            return emit(pooled(args.pool), args.out)
-        except ValueError as error:
-            parser.error(str(error))
-    if args.retest_images < VALIDATION_BATCH_SIZE:
-        parser.error(f"--retest-images {args.retest_images}: at least {VALIDATION_BATCH_SIZE}")
-    if args.workers < 1:
-        parser.error(f"--workers {args.workers}: at least 1")
-    run = eval_run(args.controllers, args.seeds, args.max_epochs)
-    growing = [s for s in run.controllers if s.grows]
-    if not growing:
-        parser.error(f"--controllers {' '.join(args.controllers)}: none of them grows seeds")
-    started = time.time()
-    episodes = []
-    with concurrent.futures.ProcessPoolExecutor(args.workers) as pool:
-        futures = [pool.submit(replay, job, args.retest_images) for job in episode_jobs(run, growing, None)]
-        for future in concurrent.futures.as_completed(futures):
-            e = future.result()
-            episodes.append(e)
-            print(f"  {e['controller']} seed {e['seed']}: {len(e['readings'])} probationary readings", file=sys.stderr)
-    episodes.sort(key=lambda e: ([s.name for s in growing].index(e["controller"]), e["seed"]))
-    result: dict[str, Any] = {
-        "command": "python benchmarks/counterfactual_retest.py " + " ".join(sys.argv[1:] if argv is None else argv),
-        "seeds": list(run.seeds),
-        "selection_images": episodes[0]["selection_images"],
-        "retest_images": args.retest_images,
-        "minutes": round((time.time() - started) / 60, 1),
-        **torch_build(),
-        "summary": summarise([r for e in episodes for r in e["readings"]]),
-        "test_accuracy": {f"{e['controller']} {e['seed']}": e["test_accuracy"] for e in episodes},
-        "readings": [r for e in episodes for r in e["readings"]],
-    }
-    if args.check_against is not None:
-        result["differs_from_eval"] = check_against(episodes, args.check_against)
-    return emit(result, args.out)
-
-
-def pooled(paths: Sequence[Path]) -> dict[str, Any]:
-    """The summary of several runs' readings together (disjoint seeds: a seed in two files is
-    refused, as it would count its readings twice)."""
-    runs = [json.loads(path.read_text()) for path in paths]
-    seeds = [seed for run in runs for seed in run["seeds"]]
-    shared = sorted({s for s in seeds if seeds.count(s) > 1})
-    if shared:
-        raise ValueError(f"--pool: the files share seeds {shared}; pool runs on disjoint seeds")
-    readings = [r for run in runs for r in run["readings"]]
-    return {"pooled": [str(p) for p in paths], "seeds": sorted(seeds), "summary": summarise(readings)}
-
-
-def emit(result: dict[str, Any], out: Path | None) -> int:
+    args.argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        check_out(args.out)
+        result = pooled(args.pool) if args.pool else measure(args)
+    except BadInput as error:
+        print(f"counterfactual_retest: error: {error}", file=sys.stderr)
+        return 2
     text = json.dumps(result, indent=1)
-    if out is not None:
-        out.write_text(text + "\n")
+    if args.out is not None:
+        args.out.write_text(text + "\n")
     print(text)
     return 0
 

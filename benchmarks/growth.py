@@ -28,6 +28,7 @@ import time
 import torch
 
 from esper.karn import estimate, paired_difference
+from esper.scripts.common import torch_build
 from esper.scripts.train import DEFAULT_MAX_GERMINATIONS
 from esper.tamiyo import HeuristicController, tuned_heuristic
 from esper.tolaria import EnvConfig, MorphogeneticEnv, get_task
@@ -116,7 +117,7 @@ def main() -> None:
                     for arm, results in arms.items()
                 },
                 "seconds": round(time.perf_counter() - start, 1),
-                "torch": torch.__version__,
+                **torch_build(),
             }
         )
     )

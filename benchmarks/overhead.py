@@ -26,6 +26,7 @@ import torch
 
 from esper.kasmina import GateInputs, MorphogeneticModel
 from esper.leyline import BlendSchedule, SeedStage
+from esper.scripts.common import torch_build
 from esper.tolaria import get_task
 from esper.tolaria.passes import VALIDATION_BATCH_SIZE
 from esper.tolaria.training import BatchNormMoments, TrainingEpoch, loss_and_correct, validate
@@ -146,7 +147,7 @@ def main() -> None:
                 "epoch_images": sum(x.shape[0] for x, _ in epoch_batches),
                 "repeats": args.repeats,
                 "threads": torch.get_num_threads(),
-                "torch": torch.__version__,
+                **torch_build(),
             }
         )
     )

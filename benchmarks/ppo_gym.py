@@ -31,6 +31,7 @@ import time
 import gymnasium
 import torch
 
+from esper.scripts.common import torch_build
 from esper.simic.gymnasium_envs import FINAL_WINDOW, ActionCodec, default_ppo, observation_dim, train_gym
 
 
@@ -110,7 +111,7 @@ def main() -> None:
                 "n_steps": args.n_steps,
                 "ppo": dataclasses.asdict(ppo),
                 "threads": torch.get_num_threads(),
-                "torch": torch.__version__,
+                **torch_build(),
                 "gymnasium": gymnasium.__version__,
             }
         )

@@ -30,6 +30,7 @@ import torch
 import torch.multiprocessing as mp
 
 from esper.leyline import Decision
+from esper.scripts.common import torch_build
 from esper.simic import morphogenetic_envs as menvs
 from esper.simic.distributed import SINGLE_PROCESS, init_distributed, shutdown_distributed
 from esper.tolaria import EnvConfig, get_task
@@ -138,7 +139,7 @@ def main() -> int:
         "host_epochs_per_second": envs,
         "ddp_steps_per_second": {"1": round(one, 3)},
         "cpu_count": os.cpu_count(),
-        "torch": torch.__version__,
+        **torch_build(),
     }
     if device.type == "cuda":
         figures["gpu_busy"] = {str(n): gpu_busy_fraction(n, device) for n in (1, 4)}

@@ -18,9 +18,8 @@ import platform
 import sys
 from pathlib import Path
 
-import torch
-
 from esper.karn import write_json_atomic, write_torch_atomic
+from esper.scripts.common import torch_build
 from esper.simic import PolicyController
 from esper.simic.checkpoint import CheckpointError, policy_only, read_checkpoint
 from esper.tamiyo.trained import TRAINED_DIR
@@ -53,7 +52,8 @@ def main() -> int:
         "source_checkpoint": str(args.checkpoint),
         "episodes_done": int(payload["learner"]["episodes_done"]),
         "date": datetime.date.today().isoformat(),
-        "machine": f"{platform.machine()} CPU, torch {torch.__version__}",
+        "machine": f"{platform.machine()} CPU",
+        **torch_build(),
         "eval": str(args.eval) if args.eval else None,
         "note": args.note,
         "bytes": target.stat().st_size,

@@ -40,6 +40,7 @@ from typing import Any
 import torch
 
 from esper.karn import estimate
+from esper.scripts.common import torch_build
 from esper.scripts.config import jsonable
 from esper.scripts.train import DEFAULT_MAX_GERMINATIONS
 from esper.simic.rewards import RewardConfig
@@ -192,7 +193,7 @@ def main() -> None:
         "best_knobs": knobs[best],
         "seconds": round(time.perf_counter() - start, 1),
         "date": time.strftime("%Y-%m-%d"),
-        "torch": torch.__version__,
+        **torch_build(),
     }
     out = Path(args.out or f"benchmarks/results/tune_heuristic_{task.name}.json")
     out.parent.mkdir(parents=True, exist_ok=True)

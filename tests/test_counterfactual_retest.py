@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from conftest import load_benchmark, tiny_shapes_task
 from esper.scripts.evaluate import episode_jobs, episode_result
+from esper.scripts.train import main
 from esper.tolaria import TASKS
 from test_cli import plateau_task
 
@@ -52,15 +54,14 @@ def test_first_readings_are_those_with_no_epoch_on_probation() -> None:
     assert load_script().first_readings(rows) == [rows[0], rows[2]]
 
 
-def test_check_against_names_the_episodes_that_differ(tmp_path) -> None:
-    path = tmp_path / "eval.json"
-    path.write_text(json.dumps({"seeds": [7, 8], "controllers": {"heuristic": {"test_accuracy": [60.0, 61.5]}}}))
+def test_check_against_counts_what_it_compared_and_names_what_differs() -> None:
+    held = {("heuristic", 7): 60.0, ("heuristic", 8): 61.5}
     episodes = [
         {"controller": "heuristic", "seed": 7, "test_accuracy": 60.0},
         {"controller": "heuristic", "seed": 8, "test_accuracy": 61.0},
         {"controller": "policy:x", "seed": 7, "test_accuracy": 1.0},  # not in the file: not compared
     ]
-    assert load_script().check_against(episodes, path) == ["heuristic seed 8"]
+    assert load_script().check_against(episodes, held) == {"compared": 2, "differ": ["heuristic seed 8"]}
 
 
 def test_keep_cull_auc_is_the_diagnostic_s_under_either_label() -> None:
@@ -75,8 +76,10 @@ def test_keep_cull_auc_is_the_diagnostic_s_under_either_label() -> None:
 
 
 def test_pool_summarises_runs_on_disjoint_seeds_and_refuses_a_shared_seed(tmp_path, capsys) -> None:
-    def run(path, seeds, rows):
-        path.write_text(json.dumps({"seeds": seeds, "readings": [{**r, "controller": "heuristic"} for r in rows]}))
+    def run(path, seeds, rows, retest_images=20_000):
+        readings = [{**r, "controller": "heuristic"} for r in rows]
+        sizes = {"selection_images": 2000, "retest_images": retest_images}
+        path.write_text(json.dumps({"seeds": seeds, "readings": readings, **sizes, "torch": "2.13.0+cpu"}))
         return str(path)
 
     a = run(tmp_path / "a.json", [1, 2], [reading(0, -0.3, 0.4)])
@@ -84,10 +87,60 @@ def test_pool_summarises_runs_on_disjoint_seeds_and_refuses_a_shared_seed(tmp_pa
     module = load_script()
     assert module.main(["--pool", a, b]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["seeds"] == [1, 2, 3]
+    assert out["seeds"] == [1, 2, 3] and out["retest_images"] == 20_000
+    assert out["builds"] == [{"torch": "2.13.0+cpu", "cpu_capability": None}] * 2
     assert out["summary"]["heuristic"]["first_readings"]["n"] == 2
     assert out["summary"]["heuristic"]["all_readings"]["n"] == 3
-    c = run(tmp_path / "c.json", [2], [reading(0, 0.1, 0.1)])
-    with pytest.raises(SystemExit) as stop:
-        module.main(["--pool", a, c])
-    assert stop.value.code == 2 and "share seeds [2]" in capsys.readouterr().err
+    for other, fragment in (
+        (run(tmp_path / "c.json", [2], [reading(0, 0.1, 0.1)]), "share seeds [2]"),
+        (run(tmp_path / "d.json", [4], [reading(0, 0.1, 0.1)], retest_images=5000), "differ in retest_images"),
+        (str(tmp_path / "missing.json"), "missing.json"),
+    ):
+        assert module.main(["--pool", a, other]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and fragment in err, err
+
+
+@pytest.mark.parametrize(
+    ("argv", "fragment"),
+    [
+        (["--controllers", "bogus"], "unknown controller 'bogus'"),
+        (["--controllers", "static"], "none of them grows seeds"),
+        (["--seeds", "5:5"], "empty range"),
+        (["--retest-images", "10"], "--retest-images 10"),
+        (["--out", "/nonexistent-folder/x.json"], "--out"),
+    ],
+)
+def test_bad_input_is_one_line_with_exit_code_2(argv, fragment, capsys) -> None:
+    assert load_script().main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and fragment in err, err
+
+
+def test_check_against_refuses_a_file_without_these_episodes_before_the_run(tmp_path, capsys) -> None:
+    path = tmp_path / "eval.json"
+    path.write_text(json.dumps({"seeds": [1], "controllers": {"heuristic": {"test_accuracy": [50.0]}}}))
+    argv = ["--controllers", "heuristic", "--seeds", "150:151", "--check-against", str(path)]
+    assert load_script().main(argv) == 2
+    assert "holds none of these controllers' episodes" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_policy_s_replay_keeps_its_episode_and_joins_its_keep_scores(workdir, monkeypatch) -> None:
+    """A policy cloned from the heuristic (which grows at once here) replayed: the same episode as
+    eval's, the same policy hash, and each reading carries the keep score eval records for it."""
+    monkeypatch.setitem(TASKS, "shapes", plateau_task(tiny_shapes_task()))
+    argv = ["ppo", "--episodes", "1", "--n-envs", "1", "--max-epochs", "12", "--seed", "5", "--clone-episodes", "2"]
+    assert main([*argv, "--clone-steps", "60", "--run-dir", "run", "--quiet"]) == 0
+    checkpoint = sorted(Path("run/checkpoints").glob("round-*.pt"))[-1]
+    module = load_script()
+    run = module.eval_run([f"policy:{checkpoint}"], "20:21", 12)
+    (job,) = episode_jobs(run, list(run.controllers), None)
+    replayed, played = module.replay(job, 500), episode_result(job)
+    assert replayed["test_accuracy"] == played["test_accuracy"]
+    recorded = played["diagnostics"]["keep_cull_decisions"]
+    assert replayed["readings"] and len(replayed["readings"]) == len(recorded)
+    for reading_, decision in zip(replayed["readings"], recorded, strict=True):
+        assert (reading_["epoch"], reading_["slot"]) == (decision["epoch"], decision["slot"])
+        assert reading_["keep_score"] == decision["keep_score"]
+        assert reading_["selection"] == decision["contribution"]

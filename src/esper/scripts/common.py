@@ -50,8 +50,9 @@ class OneLineParser(argparse.ArgumentParser):
 def torch_build() -> dict[str, str]:
     """The torch version and the CPU kernels it dispatched to, for a run's record. Results are
     bitwise repeatable only where both match: the CPU capability (AVX2, AVX-512, ...) changes the
-    rounding of vectorised kernels, `torch.randn` among them, so even the embedded `shapes`
-    images differ in their last bits between an AVX2 and an AVX-512 machine."""
+    rounding of vectorised kernels, `torch.randn` among them (its AVX2 and plain kernels give
+    values that differ in their last bits), so even the embedded `shapes` images can differ in
+    their last bits between machines."""
     return {"torch": torch.__version__, "cpu_capability": torch.backends.cpu.get_cpu_capability()}
 
 

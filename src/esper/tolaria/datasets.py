@@ -311,6 +311,12 @@ def procedural_shapes(
     return img.float(), labels
 
 
+def shapes_streams(seed: int) -> tuple[int, int, int]:
+    """The generator seeds of the training pool, selection split and test split of `shapes`
+    data seed `seed`: disjoint streams, so a further stream (a fresh sample) can avoid them."""
+    return 3 * seed, 3 * seed + 1, 3 * seed + 2
+
+
 @functools.lru_cache(maxsize=4)
 def load_shapes(
     seed: int, n_train: int, n_val: int, n_test: int, image_size: int, samples_per_epoch: int | None
@@ -318,9 +324,10 @@ def load_shapes(
     """A training pool, a selection split and a test split from disjoint generator streams of
     the same seed. Cached per process: the tensors are never modified in place, so every env can
     share them."""
-    tx, ty = procedural_shapes(n_train, seed=3 * seed, image_size=image_size)
-    vx, vy = procedural_shapes(n_val, seed=3 * seed + 1, image_size=image_size)
-    sx, sy = procedural_shapes(n_test, seed=3 * seed + 2, image_size=image_size)
+    train_stream, val_stream, test_stream = shapes_streams(seed)
+    tx, ty = procedural_shapes(n_train, seed=train_stream, image_size=image_size)
+    vx, vy = procedural_shapes(n_val, seed=val_stream, image_size=image_size)
+    sx, sy = procedural_shapes(n_test, seed=test_stream, image_size=image_size)
     tx, vx, sx = normalize_channels(tx, vx, sx)
     return ImageData(
         tx, ty, vx, vy, sx, sy, num_classes=len(SHAPE_CLASSES), augment=False, samples_per_epoch=samples_per_epoch

@@ -9,12 +9,13 @@ stream (where snapshots, restores and allocations run) before it trains or measu
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterable
 
 import torch
 
 from esper.kasmina import MorphogeneticModel
 from esper.kasmina.model import BatchNormStats
-from esper.tolaria.datasets import TaskData
+from esper.tolaria.datasets import Batch, TaskData
 from esper.tolaria.training import Precision, TrainingEpoch, ValidationStats, recalibrate_batchnorm, validate
 
 VALIDATION_BATCH_SIZE = 500
@@ -56,13 +57,14 @@ class DevicePasses:
         """The selection split with every blended seed's counterfactual, BatchNorm statistics
         recomputed on the training split's calibration images first (`validate`). Call it on
         the env's stream."""
-        return validate(
-            model,
-            self.data.val_batches(VALIDATION_BATCH_SIZE),
-            model.blended_slots(),
-            self.amp,
-            self.data.calibration_batches(VALIDATION_BATCH_SIZE),
-        )
+        return self.measure_on(model, self.data.val_batches(VALIDATION_BATCH_SIZE), model.blended_slots())
+
+    def measure_on(
+        self, model: MorphogeneticModel, batches: Iterable[Batch], ablate: tuple[str, ...]
+    ) -> ValidationStats:
+        """The same measurement on other images (a second sample, to see how much of a reading
+        is the sample's): the counterfactual of each slot in `ablate`, after the same calibration."""
+        return validate(model, batches, ablate, self.amp, self.data.calibration_batches(VALIDATION_BATCH_SIZE))
 
     def measure_test(self, model: MorphogeneticModel) -> ValidationStats:
         """The test split, for reports only."""
