@@ -436,8 +436,8 @@ def episode_result(job: EpisodeJob) -> dict[str, Any]:
     controller = build_controller(job, env.config)
     outcome = run_episode(env, controller, rng_seed=job.rng_seed, episode=job.rng_seed)
     policy = controller if isinstance(controller, PolicyController) else None
-    diagnostics = policy.diagnostics if policy else None
-    digest = policy.policy_sha256 if policy else None
+    diagnostics = policy.diagnostics if policy is not None else None
+    digest = policy.policy_sha256 if policy is not None else None
     return {
         "controller": job.spec.name,
         "seed": job.rng_seed,

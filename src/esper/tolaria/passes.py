@@ -62,21 +62,16 @@ class DevicePasses:
     def measure_on(
         self, model: MorphogeneticModel, batches: Iterable[Batch], ablate: tuple[str, ...]
     ) -> ValidationStats:
-        """The same measurement on other images (a second sample, to see how much of a reading
-        is the sample's): the counterfactual of each slot in `ablate`, after the same calibration."""
+        """The same measurement on other images (the test split; a second sample, to see how
+        much of a reading is the sample's): the counterfactual of each slot in `ablate`, after
+        the same calibration."""
         return validate(model, batches, ablate, self.amp, self.data.calibration_batches(VALIDATION_BATCH_SIZE))
 
     def measure_test(self, model: MorphogeneticModel) -> ValidationStats:
         """The test split, for reports only."""
         self.join()
         with self.on_stream():
-            return validate(
-                model,
-                self.data.test_batches(VALIDATION_BATCH_SIZE),
-                (),
-                self.amp,
-                self.data.calibration_batches(VALIDATION_BATCH_SIZE),
-            )
+            return self.measure_on(model, self.data.test_batches(VALIDATION_BATCH_SIZE), ())
 
     def inference_batchnorm_stats(self, model: MorphogeneticModel) -> BatchNormStats:
         """The BatchNorm statistics `measure_test` normalises with (the same calibration batches
