@@ -63,6 +63,11 @@ BAD_INPUTS = {
         ["--task", "pydoc", "--blueprints", "conv_heavy"],
         ["'conv_heavy'", "mlp"],
     ),
+    "width blueprint the layer refuses": (
+        ["--blueprints", "widen_25", "--host.width", "1"],
+        ["--blueprints widen_25", "slot 'early'", "less than one unit"],
+    ),
+    "width blueprint for the policy": (["--blueprints", "conv_light", "widen_50"], ["widen_50", "policy"]),
     "malformed device": (["--device", "gpu0"], ["'gpu0'", "cpu"]),
     "zero episodes": (["--episodes", "0"], ["--episodes", "0"]),
     "zero max epochs": (["--max-epochs", "0"], ["--max-epochs", "0"]),
@@ -83,7 +88,8 @@ def test_bad_input_is_one_line_and_writes_nothing(
 ) -> None:
     extra, fragments = BAD_INPUTS[case]
     run_dir = tmp_path / "run"
-    check_usage_error(capsys, ["heuristic", *extra, "--run-dir", str(run_dir)], *fragments)
+    command = "ppo" if "policy" in case else "heuristic"
+    check_usage_error(capsys, [command, *extra, "--run-dir", str(run_dir)], *fragments)
     assert not run_dir.exists()
     assert tree(workdir) == {}
 

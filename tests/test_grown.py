@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import esper
 from conftest import make_env, tiny_shapes_data, tiny_shapes_task
 from esper.karn import write_torch_atomic
-from esper.leyline import Decision, LifecycleOp, SeedStage
+from esper.leyline import Decision, GateThresholds, LifecycleOp, SeedStage
 from esper.scripts.train import main
 from esper.tolaria import TASKS
 from esper.tolaria.grown import GROWN_FORMAT, read_grown
@@ -86,3 +86,35 @@ def test_a_file_that_is_not_a_grown_network_is_refused_by_name(tmp_path: Path) -
         esper.load_grown(other)
     with pytest.raises(FileNotFoundError, match=r"missing\.pt"):
         esper.load_grown(tmp_path / "missing.pt")
+
+
+def test_merged_width_seeds_reload_as_a_plain_host_with_the_episode_test_accuracy(tmp_path: Path, monkeypatch) -> None:
+    """A fossilized width seed is merged into the host's tensors: the file reloads as a host of
+    standard layers, wider where it grew, with the test accuracy its episode recorded."""
+    monkeypatch.setitem(TASKS, "shapes", tiny_shapes_task())
+    quick = GateThresholds(
+        min_training_epochs=1, blend_epochs=1, fossilize_min_contribution=-100.0, probation_cull_contribution=-100.0
+    )
+    env = make_env(max_epochs=6, thresholds=quick)
+    env.reset(0)
+    env.step(Decision(LifecycleOp.GERMINATE, "mid", "widen_50"))
+    while not env.episode_over:
+        lifecycle = env.model.slot("mid").lifecycle
+        probation = lifecycle.gate_fossilize(contribution=1.0).passed
+        env.step(Decision(LifecycleOp.FOSSILIZE, "mid") if probation else Decision.wait())
+    slot = env.model.slot("mid")
+    assert slot.stage is SeedStage.FOSSILIZED and slot.seed is None
+    test = env.evaluate_test()
+    path = tmp_path / "grown.pt"
+    write_torch_atomic(path, env.grown_network({"final_test_accuracy": test.accuracy}))
+
+    model = esper.load_grown(path)
+    assert plain_test_accuracy(model) == test.accuracy
+    assert plain_test_accuracy(model.host) == test.accuracy  # the host alone: nothing else is left
+    assert model.host.segments[1][0].out_channels == 8 + 4  # width 4 host: mid's pair had 8 hidden units
+    leaves = [m for m in model.host.modules() if not list(m.children())]
+    assert {type(m) for m in leaves} <= {
+        torch.nn.Conv2d, torch.nn.BatchNorm2d, torch.nn.ReLU, torch.nn.MaxPool2d,
+        torch.nn.AdaptiveAvgPool2d, torch.nn.Flatten, torch.nn.Linear,
+    }  # fmt: skip
+    assert model.slot("mid").param_count() == 9 * 4 * (4 + 8) + 2 * 4

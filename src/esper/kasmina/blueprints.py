@@ -18,6 +18,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from esper.kasmina.width import ParamMerge, Widening, WidthSite, concatenated, fresh_like
+
 
 class Topology(StrEnum):
     CNN = "cnn"  # activations (B, C, H, W)
@@ -149,22 +151,123 @@ class CausalSelfAttention(nn.Module):
 
 
 class MLP(nn.Module):
-    """Pre-norm feed-forward block with a 4x hidden width."""
+    """Pre-norm feed-forward block with a 4x hidden width. Its `fc` feeding `proj` is the layer
+    pair a width seed widens (`esper.kasmina.width`), reading the normalised input."""
 
-    def __init__(self, d: int) -> None:
+    def __init__(self, d: int, hidden: int | None = None) -> None:
         super().__init__()
+        hidden = 4 * d if hidden is None else hidden
         self.norm = nn.LayerNorm(d)
-        self.fc = nn.Linear(d, 4 * d)
-        self.proj = nn.Linear(4 * d, d)
+        self.fc = nn.Linear(d, hidden)
+        self.proj = nn.Linear(hidden, d)
 
-    def forward(self, h: torch.Tensor) -> torch.Tensor:
-        return self.proj(F.gelu(self.fc(self.norm(h))))
+    def forward(self, h: torch.Tensor, widening: Widening | None = None) -> torch.Tensor:
+        u = self.norm(h)
+        y = self.proj(F.gelu(self.fc(u)))
+        return y if widening is None else widening(u, y)
+
+    @property
+    def width_site(self) -> WidthSite:
+        return WidthSite(self.fc.in_features, self.fc.out_features, self.proj.out_features)
+
+    def merge(self, seed: nn.Module, alpha: float) -> list[ParamMerge]:
+        """Concatenate an `MLPWidthSeed`'s units into `fc` and `proj` (its `proj` columns scaled by
+        `alpha`; `proj`'s bias stays the host's)."""
+        fc, proj = self._wider(self.width_site.hidden + seed.fc.out_features)
+        merges = concatenated(self.fc, fc, seed.fc, dim=0)
+        merges += concatenated(_weight_only(self.proj), proj, seed.proj, dim=1, scale=alpha)
+        proj.bias = self.proj.bias
+        self.fc, self.proj = fc, proj
+        return merges
+
+    def get_extra_state(self) -> dict[str, int]:
+        return {"hidden": self.width_site.hidden}
+
+    def set_extra_state(self, state: dict[str, int]) -> None:
+        """A merged (wider) MLP is rebuilt at its width before its tensors are loaded."""
+        if state["hidden"] != self.width_site.hidden:
+            self.fc, self.proj = self._wider(state["hidden"])
+
+    def _wider(self, hidden: int) -> tuple[nn.Module, nn.Module]:
+        site, ref = self.width_site, self.fc.weight
+        return (
+            fresh_like(ref, lambda: nn.Linear(site.in_dim, hidden)),
+            fresh_like(ref, lambda: nn.Linear(hidden, site.out_dim)),
+        )
+
+
+def _weight_only(linear: nn.Linear) -> nn.Module:
+    """A view of `linear` holding only its weight: the part of `proj` a merge concatenates."""
+    view = nn.Module()
+    view.weight = linear.weight
+    return view
 
 
 def _zero_output(block: CausalSelfAttention | MLP) -> nn.Module:
     """The host's own block, as a seed that starts as an identity."""
     zero_last(block.proj)
     return block
+
+
+# --------------------------------------------------------------------------- width seeds
+class ConvWidthSeed(nn.Module):
+    """`units` more hidden channels of a CNN block's layer pair (`ConvBlock`): a 3x3 convolution
+    from the block's input, its own BatchNorm and ReLU, and a 3x3 convolution into the block's
+    second convolution's output that starts at zero."""
+
+    def __init__(self, site: WidthSite, units: int) -> None:
+        super().__init__()
+        self.conv_in = nn.Conv2d(site.in_dim, units, 3, padding=1, bias=False)
+        self.norm = nn.BatchNorm2d(units)
+        self.conv_out = zero_last(nn.Conv2d(units, site.out_dim, 3, padding=1, bias=False))
+
+    def forward(self, u: torch.Tensor) -> torch.Tensor:
+        return self.conv_out(F.relu(self.norm(self.conv_in(u))))
+
+
+class MLPWidthSeed(nn.Module):
+    """`units` more hidden units of a transformer MLP (`fc` rows with their bias, GELU, `proj`
+    columns that start at zero), reading the MLP's normalised input."""
+
+    def __init__(self, site: WidthSite, units: int) -> None:
+        super().__init__()
+        self.fc = nn.Linear(site.in_dim, units)
+        self.proj = zero_last(nn.Linear(units, site.out_dim, bias=False))
+
+    def forward(self, u: torch.Tensor) -> torch.Tensor:
+        return self.proj(F.gelu(self.fc(u)))
+
+
+@dataclass(frozen=True)
+class WidthBlueprint:
+    """A width seed adding `fraction` of a layer pair's hidden units (`esper.kasmina.width`)."""
+
+    name: str
+    topology: Topology
+    fraction: float
+    description: str
+
+    def units(self, site: WidthSite) -> int:
+        """round(fraction x hidden units); a `ValueError` when the layer would get no unit."""
+        units = round(self.fraction * site.hidden)
+        if units < 1:
+            raise ValueError(
+                f"{self.name} adds {self.fraction:.0%} of a layer's {site.hidden} hidden units: "
+                "less than one unit; choose a larger width blueprint or a wider host"
+            )
+        return units
+
+    def build(self, site: WidthSite) -> nn.Module:
+        seed = ConvWidthSeed if self.topology is Topology.CNN else MLPWidthSeed
+        return seed(site, self.units(site))
+
+    def param_count(self, site: WidthSite) -> int:
+        """CNN: 9k(c_in + c_out) + 2k (two 3x3 convolutions, a BatchNorm). Transformer:
+        k(d_in + 1) + k d_out (`fc` rows with bias, `proj` columns)."""
+        k = self.units(site)
+        if self.topology is Topology.CNN:
+            return 9 * k * (site.in_dim + site.out_dim) + 2 * k
+        return k * (site.in_dim + 1) + k * site.out_dim
 
 
 # --------------------------------------------------------------------------- registry
@@ -212,16 +315,33 @@ _ALL: tuple[Blueprint, ...] = (
 BLUEPRINTS: dict[Topology, dict[str, Blueprint]] = {
     topo: {bp.name: bp for bp in _ALL if bp.topology is topo} for topo in Topology
 }
-"""Blueprints by topology, in a fixed order (the order a controller rotates through them)."""
+"""Residual blueprints by topology, in a fixed order (the order a controller rotates through
+them, and the learned policy's blueprint head)."""
+
+WIDTH_FRACTIONS: dict[str, float] = {"widen_25": 0.25, "widen_50": 0.5, "widen_100": 1.0}
+
+WIDTH_BLUEPRINTS: dict[Topology, dict[str, WidthBlueprint]] = {
+    topo: {
+        name: WidthBlueprint(name, topo, fraction, f"+{fraction:.0%} hidden units of the layer pair before the slot")
+        for name, fraction in WIDTH_FRACTIONS.items()
+    }
+    for topo in Topology
+}
+"""Width blueprints by topology. They are chosen by name (`--blueprints widen_50`); the learned
+policy's blueprint head holds the residual blueprints only until it is retrained with them."""
+
+AnyBlueprint = Blueprint | WidthBlueprint
 
 
 def blueprint_names(topology: Topology) -> tuple[str, ...]:
+    """The residual blueprints of `topology`: the default choice of every controller."""
     return tuple(BLUEPRINTS[topology])
 
 
-def get_blueprint(topology: Topology, name: str) -> Blueprint:
-    """The blueprint `name` for `topology`; a `ValueError` naming the valid choices otherwise."""
-    table = BLUEPRINTS[topology]
+def get_blueprint(topology: Topology, name: str) -> AnyBlueprint:
+    """The blueprint `name` for `topology`, residual or width; a `ValueError` naming the valid
+    choices otherwise."""
+    table: dict[str, AnyBlueprint] = {**BLUEPRINTS[topology], **WIDTH_BLUEPRINTS[topology]}
     if name not in table:
         other = [t.value for t in Topology if t is not topology and name in BLUEPRINTS[t]]
         hint = f" ({name!r} is a {other[0]} blueprint)" if other else ""

@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from esper.kasmina.blueprints import MLP, CausalSelfAttention, Topology
+from esper.kasmina.width import ParamMerge, WidenableSegment, Widening, WidthSite, concatenated, fresh_like
 from esper.leyline.slots import SlotId, slot_names_for
 
 
@@ -34,23 +35,72 @@ class Host(nn.Module):
             x = segment(x)
         return x
 
+    def width_site(self, index: int) -> WidthSite | None:
+        """The layer pair a width seed in slot `index` widens (in the segment before the slot),
+        or None when that segment has none."""
+        segment = self.segments[index]
+        return segment.width_site if isinstance(segment, WidenableSegment) else None
+
 
 CNN_POOLED_BLOCKS = 3
 """The first three blocks halve the resolution (16x16 -> 2x2, 32x32 -> 4x4); deeper blocks keep it."""
 
 
-def _conv_block(c_in: int, c_out: int, pool: bool) -> nn.Sequential:
-    layers: list[nn.Module] = [
-        nn.Conv2d(c_in, c_out, 3, padding=1, bias=False),
-        nn.BatchNorm2d(c_out),
-        nn.ReLU(),
-        nn.Conv2d(c_out, c_out, 3, padding=1, bias=False),
-        nn.BatchNorm2d(c_out),
-        nn.ReLU(),
-    ]
-    if pool:
-        layers.append(nn.MaxPool2d(2))
-    return nn.Sequential(*layers)
+class ConvBlock(nn.Sequential):
+    """conv-BN-ReLU-conv-BN-ReLU (then a 2x2 max-pool): a VGG block. Its first convolution's output
+    channels are the hidden units of a layer pair (`esper.kasmina.width`) that a width seed adds
+    to; the block's output width never changes, so the slot after it keeps its width."""
+
+    def __init__(self, c_in: int, c_out: int, pool: bool) -> None:
+        layers: list[nn.Module] = [
+            nn.Conv2d(c_in, c_out, 3, padding=1, bias=False),
+            nn.BatchNorm2d(c_out),
+            nn.ReLU(),
+            nn.Conv2d(c_out, c_out, 3, padding=1, bias=False),
+            nn.BatchNorm2d(c_out),
+            nn.ReLU(),
+        ]
+        if pool:
+            layers.append(nn.MaxPool2d(2))
+        super().__init__(*layers)
+
+    def forward(self, x: torch.Tensor, widening: Widening | None = None) -> torch.Tensor:
+        if widening is None:
+            return super().forward(x)
+        y = widening(x, self[3](self[2](self[1](self[0](x)))))
+        for layer in list(self)[4:]:
+            y = layer(y)
+        return y
+
+    @property
+    def width_site(self) -> WidthSite:
+        return WidthSite(self[0].in_channels, self[0].out_channels, self[3].out_channels)
+
+    def merge(self, seed: nn.Module, alpha: float) -> list[ParamMerge]:
+        """Concatenate a `ConvWidthSeed`'s channels into this block (its output convolution's
+        weights scaled by `alpha`); the block's output is the same as with the seed blended in."""
+        conv_in, norm, conv_out = self._wider(self.width_site.hidden + seed.conv_in.out_channels)
+        merges = concatenated(self[0], conv_in, seed.conv_in, dim=0)
+        merges += concatenated(self[1], norm, seed.norm, dim=0)
+        merges += concatenated(self[3], conv_out, seed.conv_out, dim=1, scale=alpha)
+        self[0], self[1], self[3] = conv_in, norm, conv_out
+        return merges
+
+    def get_extra_state(self) -> dict[str, int]:
+        return {"hidden": self.width_site.hidden}
+
+    def set_extra_state(self, state: dict[str, int]) -> None:
+        """A merged (wider) block is rebuilt at its width before its tensors are loaded."""
+        if state["hidden"] != self.width_site.hidden:
+            self[0], self[1], self[3] = self._wider(state["hidden"])
+
+    def _wider(self, hidden: int) -> tuple[nn.Module, nn.Module, nn.Module]:
+        site, ref = self.width_site, self[0].weight
+        return (
+            fresh_like(ref, lambda: nn.Conv2d(site.in_dim, hidden, 3, padding=1, bias=False)),
+            fresh_like(ref, lambda: nn.BatchNorm2d(hidden)),
+            fresh_like(ref, lambda: nn.Conv2d(hidden, site.out_dim, 3, padding=1, bias=False)),
+        )
 
 
 class CNNHost(Host):
@@ -68,7 +118,7 @@ class CNNHost(Host):
         blocks: list[nn.Module] = []
         c_in = in_channels
         for i, c in enumerate(widths):
-            blocks.append(_conv_block(c_in, c, pool=i < CNN_POOLED_BLOCKS))
+            blocks.append(ConvBlock(c_in, c, pool=i < CNN_POOLED_BLOCKS))
             c_in = c
         head = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(c_in, num_classes))
         super().__init__([*blocks, head], widths)
@@ -79,9 +129,29 @@ class TransformerBlock(nn.Module):
         super().__init__()
         self.attn, self.mlp = CausalSelfAttention(d), MLP(d)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, widening: Widening | None = None) -> torch.Tensor:
         x = x + self.attn(x)
-        return x + self.mlp(x)
+        return x + self.mlp(x, widening)
+
+
+class TransformerGroup(nn.Sequential):
+    """Consecutive transformer blocks (the first group starts with the embedding); the last
+    block's MLP is the layer pair a width seed widens."""
+
+    def forward(self, x: torch.Tensor, widening: Widening | None = None) -> torch.Tensor:
+        if widening is None:
+            return super().forward(x)
+        layers = list(self)
+        for layer in layers[:-1]:
+            x = layer(x)
+        return layers[-1](x, widening)
+
+    @property
+    def width_site(self) -> WidthSite:
+        return self[-1].mlp.width_site
+
+    def merge(self, seed: nn.Module, alpha: float) -> list[ParamMerge]:
+        return self[-1].mlp.merge(seed, alpha)
 
 
 class Embedding(nn.Module):
@@ -118,6 +188,6 @@ class TransformerHost(Host):
             layers = [TransformerBlock(d_model) for _ in range(per_group)]
             if g == 0:
                 layers.insert(0, Embedding(vocab_size, block_size, d_model))
-            groups.append(nn.Sequential(*layers))
+            groups.append(TransformerGroup(*layers))
         super().__init__([*groups, LMHead(d_model, vocab_size)], [d_model] * n_slots)
         self.block_size = block_size

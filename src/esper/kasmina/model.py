@@ -12,7 +12,8 @@ from torch.nn.modules.batchnorm import _BatchNorm
 from esper.kasmina.hosts import Host
 from esper.kasmina.optimizers import ModelOptimizers
 from esper.kasmina.slot import SeedSlot
-from esper.leyline import GateThresholds, SlotId
+from esper.kasmina.width import ParamMerge, WidenableSegment
+from esper.leyline import GateThresholds, SeedStage, SlotId
 
 SEGMENTS = "host.segments"
 SLOTS = "slots"
@@ -55,7 +56,7 @@ class MorphogeneticModel(nn.Module):
         thresholds = thresholds or GateThresholds()
         self.slots = nn.ModuleDict(
             {
-                sid.name: SeedSlot(sid, dim, host.topology, thresholds)
+                sid.name: SeedSlot(sid, dim, host.topology, thresholds, host.width_site(sid.index))
                 for sid, dim in zip(host.slot_ids, host.slot_dims, strict=True)
             }
         )
@@ -84,8 +85,7 @@ class MorphogeneticModel(nn.Module):
         """`alpha_overrides` replaces slots' alphas; `batchnorm_stats` replaces the running
         statistics of the BatchNorm layers it names. Neither touches any module state."""
         overrides = self._check_overrides(alpha_overrides)
-        parts = _stats_by_part(batchnorm_stats)
-        return self._run_from(0, self._part(f"{SEGMENTS}.0", self.host.segments[0], parts, x), overrides, parts)
+        return self._run_from(0, x, overrides, _stats_by_part(batchnorm_stats))
 
     def forward_with_ablations(
         self,
@@ -96,27 +96,29 @@ class MorphogeneticModel(nn.Module):
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The normal output and, for each slot in `ablate`, the output with that slot's alpha at 0.
 
-        The host activations entering an ablated slot are computed once by the normal pass and
-        reused: each ablation only reruns the network from its slot onward, through the same
+        The host activations entering an ablated seed are computed once by the normal pass and
+        reused: each ablation only reruns the network from where its seed joins (the slot for a
+        residual seed, the segment before it for a width seed) onward, through the same
         `_run_from` as `forward`, so it equals
         `forward(x, {slot: 0.0}, ablated_batchnorm_stats[slot])` exactly (the prefix a slot's
         ablation shares runs with `batchnorm_stats`). Each ablated arm's BatchNorm layers
-        downstream of its slot read that arm's own statistics, when given.
+        downstream of its seed read that arm's own statistics, when given.
         """
-        index = {sid.name: sid.index for sid in self.slot_ids}
-        for name in ablate:
-            self.slot(name)
+        entry = {name: self._entry(name) for name in ablate}
         arm_stats = ablated_batchnorm_stats or {}
-        parts = _stats_by_part(batchnorm_stats)
         captured: dict[int, torch.Tensor] = {}
-        capture_at = {index[name] for name in ablate}
-        h = self._part(f"{SEGMENTS}.0", self.host.segments[0], parts, x)
-        out = self._run_from(0, h, {}, parts, capture_at, captured)
+        out = self._run_from(0, x, {}, _stats_by_part(batchnorm_stats), captured, set(entry.values()))
         ablated = {
-            name: self._run_from(index[name], captured[index[name]], {name: 0.0}, _stats_by_part(arm_stats.get(name)))
+            name: self._run_from(entry[name], captured[entry[name]], {name: 0.0}, _stats_by_part(arm_stats.get(name)))
             for name in ablate
         }
         return out, ablated
+
+    def _entry(self, slot: str) -> int:
+        """Where slot `slot`'s seed joins the network, as a position of `_run_from`: 2i is the
+        input of segment i, 2i + 1 the input of slot i."""
+        s = self.slot(slot)
+        return 2 * s.slot_id.index + (0 if s.holds_width_seed else 1)
 
     def _run_from(
         self,
@@ -124,23 +126,46 @@ class MorphogeneticModel(nn.Module):
         h: torch.Tensor,
         overrides: Mapping[str, float],
         parts: Mapping[str, dict[str, torch.Tensor]],
-        capture_at: set[int] | None = None,
         captured: dict[int, torch.Tensor] | None = None,
+        capture_at: set[int] = frozenset(),  # type: ignore[assignment]
     ) -> torch.Tensor:
-        """Run from the input of slot `start` to the output; optionally keep slot inputs."""
-        segments = self.host.segments
-        for sid in self.slot_ids[start:]:
-            if capture_at and sid.index in capture_at and captured is not None:
-                captured[sid.index] = h
-            h = self._part(f"{SLOTS}.{sid.name}", self.slots[sid.name], parts, h, overrides.get(sid.name))
-            h = self._part(f"{SEGMENTS}.{sid.index + 1}", segments[sid.index + 1], parts, h)
+        """Run from position `start` (see `_entry`) to the output; keep the inputs of the
+        positions in `capture_at` in `captured`."""
+        segments, n_slots = self.host.segments, len(self.slot_ids)
+        for position in range(start, 2 * n_slots + 1):
+            if captured is not None and position in capture_at:
+                captured[position] = h
+            index = position // 2
+            if position % 2:
+                name = self.slot_ids[index].name
+                h = self._part(f"{SLOTS}.{name}", self.slots[name], parts, h, overrides.get(name))
+                continue
+            widening = self._widening(index, overrides, parts) if index < n_slots else None
+            extra = {} if widening is None else {"widening": widening}
+            h = self._part(f"{SEGMENTS}.{index}", segments[index], parts, h, **extra)
         return h
 
+    def _widening(self, index: int, overrides: Mapping[str, float], parts: Mapping[str, dict[str, torch.Tensor]]):
+        """The width seed of slot `index` as its segment's widening (None without one), with the
+        seed's own BatchNorm statistics from `parts`, if given."""
+        name = self.slot_ids[index].name
+        slot: SeedSlot = self.slots[name]  # type: ignore[assignment]
+        if not slot.holds_width_seed:
+            return None
+        seed_stats = {
+            local.removeprefix("seed."): tensor
+            for local, tensor in parts.get(f"{SLOTS}.{name}", {}).items()
+            if local.startswith("seed.")
+        }
+        return slot.widening(overrides.get(name), seed_stats)
+
     @staticmethod
-    def _part(prefix: str, module: nn.Module, parts: Mapping[str, dict[str, torch.Tensor]], *args) -> torch.Tensor:
+    def _part(
+        prefix: str, module: nn.Module, parts: Mapping[str, dict[str, torch.Tensor]], *args, **kwargs
+    ) -> torch.Tensor:
         """Call one segment or slot, with the BatchNorm statistics given for it, if any."""
         stats = parts.get(prefix)
-        return module(*args) if not stats else functional_call(module, stats, args)
+        return module(*args, **kwargs) if not stats else functional_call(module, stats, args, kwargs)
 
     def _check_overrides(self, overrides: Mapping[str, float] | None) -> Mapping[str, float]:
         if not overrides:
@@ -162,19 +187,41 @@ class MorphogeneticModel(nn.Module):
         return ModelOptimizers(self.host_parameters(), device, host_lr, seed_lr, weight_decay)
 
     def host_param_count(self) -> int:
-        return sum(p.numel() for p in self.host.parameters())
+        """The host's parameters as it was built: a merged width seed's stay counted as its
+        slot's (`SeedSlot.param_count`), so a merge changes no count of growth."""
+        merged = sum(s.merged_params for s in self.ordered_slots())
+        return sum(p.numel() for p in self.host.parameters()) - merged
+
+    def merge_width_seed(self, slot: str) -> list[ParamMerge]:
+        """Merge the fossilized width seed of `slot` into the host's layer pair (outputs unchanged),
+        and return the replaced host parameters for the optimizer to carry
+        (`ModelOptimizers.merge_seed`)."""
+        s = self.slot(slot)
+        if not s.holds_width_seed or s.stage is not SeedStage.FOSSILIZED:
+            raise ValueError(f"slot {slot!r} holds no fossilized width seed to merge")
+        segment = self.host.segments[s.slot_id.index]
+        assert isinstance(segment, WidenableSegment)  # the slot has a width site only then
+        merges = segment.merge(s.seed, s.alpha)  # type: ignore[arg-type]
+        s.absorb_merged()
+        return merges
 
     def batchnorm_layers(self, after_slot: str | None = None) -> dict[str, _BatchNorm]:
         """BatchNorm layers with running statistics that an inference forward runs, by qualified
         name in forward order: the host's and those of blended seeds. With `after_slot`, only
-        those downstream of that slot: the ones whose input changes when its seed is ablated."""
-        first = 0 if after_slot is None else self.slot(after_slot).slot_id.index + 1
-        blended = set(self.blended_slots())
-        parts: list[tuple[str, nn.Module]] = [(f"{SEGMENTS}.{first}", self.host.segments[first])]
-        for sid in self.slot_ids[first:]:
-            if sid.name in blended:
-                parts.append((f"{SLOTS}.{sid.name}", self.slots[sid.name]))
-            parts.append((f"{SEGMENTS}.{sid.index + 1}", self.host.segments[sid.index + 1]))
+        those downstream of where that slot's seed joins (for a width seed, from the segment
+        before the slot on): the ones whose input changes when its seed is ablated."""
+        first = 0 if after_slot is None else self._entry(after_slot)
+        blended = set(self.blended_slots()) - {after_slot}
+        n_slots = len(self.slot_ids)
+        parts: list[tuple[str, nn.Module]] = []
+        for position in range(first, 2 * n_slots + 1):
+            index, at_segment = position // 2, position % 2 == 0
+            if at_segment:
+                parts.append((f"{SEGMENTS}.{index}", self.host.segments[index]))
+            name = self.slot_ids[index].name if index < n_slots else None
+            # a blended seed runs where it joins: a width seed inside its segment, a residual one at its slot
+            if name in blended and self.slots[name].holds_width_seed == at_segment:
+                parts.append((f"{SLOTS}.{name}", self.slots[name]))
         return {
             f"{prefix}.{name}": module
             for prefix, part in parts

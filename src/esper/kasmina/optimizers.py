@@ -2,18 +2,20 @@
 
 One AdamW for the host and one per seed: a seed is created and destroyed mid-run, and its
 optimizer (with its moments) comes and goes with it, while the host's moments are never reset by
-a seed's arrival. All follow one cosine schedule over the episode.
+a seed's arrival. A width seed merged into the host hands its moments to the host's AdamW
+(`merge_seed`). All follow one cosine schedule over the episode.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import torch
 from torch import nn
 
 from esper.kasmina.slot import SeedSlot
+from esper.kasmina.width import ParamMerge
 
 
 def cosine_lr_factor(epoch: int, max_epochs: int) -> float:
@@ -46,6 +48,38 @@ class ModelOptimizers:
     def add_seed(self, slot: str, params: Iterable[nn.Parameter]) -> None:
         self.seeds[slot] = self._adamw(params, self.seed_lr)
 
+    def merge_seed(self, slot: str, merges: Sequence[ParamMerge]) -> None:
+        """A width seed of `slot` was merged into the host (`MorphogeneticModel.merge_width_seed`):
+        each replaced host parameter's place in the host AdamW goes to its merged parameter, whose
+        moments are the host's followed by the seed's, and the seed's optimizer is dropped.
+
+        The seed's moments are carried, not reset. Adam divides its moments by (1 - beta^t) for its
+        own step count t, and the merged tensor steps on with the host's count, so the seed's first
+        and second moments are rescaled by (1 - beta^t_host) / (1 - beta^t_seed): each new entry's
+        bias-corrected moments, and so its next update, are what they were in the seed's AdamW.
+        A seed output weight scaled by alpha in the merge has gradients 1/alpha times the seed's:
+        its moments are divided by alpha and alpha squared. An entry that had no state yet (no
+        gradient) starts at zero moments.
+        """
+        seed_opt = self.seeds.pop(slot)
+        beta1, beta2 = self.host.param_groups[0]["betas"]
+        for merge in merges:
+            host_state = self.host.state.pop(merge.old, None)
+            self._replace_param(merge.old, merge.new)
+            if host_state is None:
+                continue  # the host has not stepped yet: the merged entry starts fresh
+            step = host_state["step"]
+            seed_state = seed_opt.state.get(merge.seed)
+            moments = {}
+            for key, beta, power in (("exp_avg", beta1, 1), ("exp_avg_sq", beta2, 2)):
+                if seed_state is None:
+                    carried = torch.zeros_like(merge.seed)
+                else:
+                    rescale = (1 - beta ** float(step)) / (1 - beta ** float(seed_state["step"]))
+                    carried = seed_state[key] * (rescale / merge.scale**power)
+                moments[key] = torch.cat([host_state[key], carried], merge.dim)
+            self.host.state[merge.new] = {"step": step, **moments}
+
     def drop_seed(self, slot: str) -> None:
         self.seeds.pop(slot, None)
 
@@ -70,9 +104,13 @@ class ModelOptimizers:
         states.update({f"seed:{name}": opt.state_dict() for name, opt in self.seeds.items()})
         return states
 
-    def load_state_dict(self, states: dict[str, dict], slots: Iterable[SeedSlot]) -> None:
-        """Restore the optimizers of a model's `slots` as they are now (their seeds already
-        restored): one per seed they hold, each with its saved state."""
+    def load_state_dict(
+        self, states: dict[str, dict], host_parameters: Iterable[nn.Parameter], slots: Iterable[SeedSlot]
+    ) -> None:
+        """Restore the optimizers of a model whose host and `slots` are as they are now (already
+        restored): the host's over its parameters now (a merge may have replaced them), and one
+        per seed the slots hold, each with its saved state."""
+        self.host = self._adamw(host_parameters, self.host.param_groups[0]["base_lr"])
         self.host.load_state_dict(states["host"])
         self.seeds = {}
         for slot in slots:
@@ -80,6 +118,10 @@ class ModelOptimizers:
                 name = slot.slot_id.name
                 self.add_seed(name, slot.seed.parameters())
                 self.seeds[name].load_state_dict(states[f"seed:{name}"])
+
+    def _replace_param(self, old: nn.Parameter, new: nn.Parameter) -> None:
+        for group in self.host.param_groups:
+            group["params"] = [new if p is old else p for p in group["params"]]
 
     def _adamw(self, params: Iterable[nn.Parameter], lr: float) -> torch.optim.Optimizer:
         opt = torch.optim.AdamW(params, lr=lr, weight_decay=self.weight_decay, fused=self.fused)

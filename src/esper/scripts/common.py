@@ -14,6 +14,7 @@ from typing import Any, NoReturn
 import torch
 
 from esper.karn.rundir import read_jsonl
+from esper.kasmina import MorphogeneticModel
 from esper.kasmina.blueprints import get_blueprint
 from esper.leyline import parse_slots
 from esper.nissa import ConsoleBackend, JsonlBackend, TelemetryHub
@@ -111,6 +112,23 @@ def resolve_blueprints(task: TaskSpec, names: Sequence[str] | None, default: tup
         return tuple(get_blueprint(task.topology, b).name for b in names)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+
+
+def check_blueprints_fit(
+    task: TaskSpec, host_width: int | None, slots: Sequence[str], blueprints: Sequence[str] | None
+) -> None:
+    """Every slot a controller may use takes every blueprint it may choose: a width blueprint
+    needs a layer pair in the segment before the slot, of enough hidden units for its size."""
+    if not blueprints:
+        return
+    with torch.device("meta"):  # shapes only: no memory, no draw from the global RNG
+        model = MorphogeneticModel(task.build_host(host_width))
+    for slot in slots:
+        for name in blueprints:
+            try:
+                model.slot(slot).seed_param_count(name)
+            except ValueError as exc:
+                raise UsageError(f"--blueprints {name}: {exc}") from None
 
 
 def load_task_data(task: TaskSpec, data_dir: str | None) -> TaskData:

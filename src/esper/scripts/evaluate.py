@@ -42,6 +42,7 @@ from esper.nissa.tensorboard import EVAL_RESULT, TensorBoardBackend
 from esper.scripts.common import (
     RunFailure,
     UsageError,
+    check_blueprints_fit,
     check_minimum,
     check_run_dir,
     check_same_run,
@@ -279,6 +280,7 @@ def resolve_eval(args: argparse.Namespace, rest: list[str]) -> EvalRun:
     knobs = parse_knobs(EVAL_GROUPS, rest, over_tuned_heuristic(task.name, file_knobs))
     task = knobs["host"].apply(task)
     blueprints = resolve_heuristic_blueprints(task, knobs["heuristic"], settings["blueprints"])
+    check_blueprints_fit(task, knobs["host"].width, resolve_slots(task, settings["slots"]), blueprints)
     seeds = parse_seeds(settings["seeds"])
     controllers = resolve_controllers(settings["controllers"], task, seeds)
     max_epochs = task.max_epochs if settings["max_epochs"] is None else settings["max_epochs"]

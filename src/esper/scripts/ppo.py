@@ -220,6 +220,13 @@ def resolve_ppo(args: argparse.Namespace, rest: Sequence[str] = (), ctx: DistCon
     amp = resolve_amp(settings["amp"], devices)
     slots = resolve_slots(task, settings["slots"])
     blueprints = resolve_blueprints(task, settings["blueprints"], blueprint_names(task.topology))
+    head = blueprint_names(task.topology)
+    for name in blueprints:
+        if name not in head:
+            raise UsageError(
+                f"--blueprints {name}: the learned policy's blueprint head holds the residual blueprints "
+                f"({' '.join(head)}); width blueprints are for the heuristic and random controllers"
+            )
     config = trainer_config(settings, knobs)
     spaces = PolicySpaces.derive(task.topology, task.slot_names, blueprints).signature()
     init_policy = None

@@ -31,6 +31,7 @@ from esper.scripts.common import (
     RunFailure,
     UsageError,
     add_tracking_flags,
+    check_blueprints_fit,
     check_minimum,
     check_run_dir,
     check_same_run,
@@ -174,6 +175,7 @@ def resolve_growth(args: argparse.Namespace, rest: Sequence[str] = ()) -> Growth
     device = resolve_device_arg(settings["device"])
     slots = resolve_slots(task, settings["slots"])
     blueprints = resolve_heuristic_blueprints(task, knobs["heuristic"], settings["blueprints"])
+    check_blueprints_fit(task, knobs["host"].width, slots, blueprints)
     run_dir = (
         Path(args.run_dir)
         if args.run_dir

@@ -33,6 +33,8 @@ class ActionSpace:
     def __post_init__(self) -> None:
         for name in self.allowed_blueprints or ():
             get_blueprint(self.topology, name)
+            if name not in self.blueprints:
+                raise ValueError(f"{name!r} is not in the blueprint head ({' '.join(self.blueprints)})")
 
     @property
     def blueprints(self) -> tuple[str, ...]:

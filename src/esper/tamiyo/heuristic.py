@@ -121,9 +121,12 @@ class HeuristicController:
         allowed = tuple(blueprints) if blueprints else blueprint_names(topology)
         for name in (*order, *allowed):
             get_blueprint(topology, name)
-        self.rotation: tuple[str, ...] = tuple(b for b in order if b in allowed) or allowed
+        ordered = tuple(b for b in order if b in allowed)
+        unordered = tuple(b for b in blueprints or () if b not in ordered)
+        self.rotation: tuple[str, ...] = ordered + unordered
         """The knobs' `blueprint_order` (default: most parameters first) narrowed to `blueprints`
-        (a run's `--blueprints`; None: all); the allowed ones as given when it names none of them."""
+        (a run's `--blueprints`; None: the residual blueprints), then the ones `blueprints` names
+        that the order does not (width blueprints among them), as given."""
         self.reset()
 
     def reset(self) -> None:

@@ -42,7 +42,7 @@ class RollbackKeeper:
         """Put model, lifecycles, optimizers, counters and seed records back as they were kept."""
         snapshot = self.governor.last_snapshot()
         self.model.load_state_dict(snapshot.model)
-        self.optimizers.load_state_dict(snapshot.optimizers, self.model.ordered_slots())
+        self.optimizers.load_state_dict(snapshot.optimizers, self.model.host_parameters(), self.model.ordered_slots())
         self.seeds.restore_counters(snapshot.counters)
 
     def roll_back(self, reason: str) -> None:

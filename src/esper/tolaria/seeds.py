@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from esper.kasmina import GateInputs, GateRefused, MorphogeneticModel, StageChange, get_blueprint
+from esper.kasmina import GateInputs, GateRefused, MorphogeneticModel, StageChange
 from esper.kasmina.optimizers import ModelOptimizers
 from esper.leyline import Decision, InvalidDecision, LifecycleOp, SeedStage
 from esper.tolaria.events import EnvClock, EnvEvents
@@ -93,7 +93,8 @@ class LifecycleExecutor:
 
     # ----------------------------------------------------------------- decisions
     def check(self, decision: Decision) -> None:
-        """Refuse what the env forbids: a slot it has not enabled, a spent budget, an unknown blueprint."""
+        """Refuse what the env forbids: a slot it has not enabled, a spent budget, an unknown
+        blueprint or one the slot cannot take."""
         if decision.op is LifecycleOp.WAIT:
             return
         if decision.slot not in self.enabled_slots:
@@ -101,7 +102,10 @@ class LifecycleExecutor:
             raise InvalidDecision(f"{decision!r}: slot {decision.slot!r} is not enabled (enabled: {enabled})")
         if decision.op is LifecycleOp.GERMINATE:
             assert decision.blueprint is not None  # Decision guarantees one for GERMINATE
-            get_blueprint(self.model.topology, decision.blueprint)
+            try:
+                self.model.slot(decision.slot).seed_param_count(decision.blueprint)
+            except ValueError as exc:
+                raise InvalidDecision(f"{decision!r}: {exc}") from None
             if self.germinated >= self.max_germinations:
                 raise GateRefused(f"G0: seed budget of {self.max_germinations} germinations is spent")
 
@@ -114,7 +118,7 @@ class LifecycleExecutor:
         assert name is not None  # Decision guarantees a slot for every op but WAIT
         slot = self.model.slot(name)
         if decision.op is LifecycleOp.FOSSILIZE:
-            return self._log(name, [slot.fossilize(last.contribution(name))])
+            return self.fossilize(name, last.contribution(name))
         if decision.op is LifecycleOp.CULL:
             return self.cull(name, decision.reason or "culled by controller")
         assert decision.blueprint is not None
@@ -129,6 +133,14 @@ class LifecycleExecutor:
         if slot.seed is not None:
             self.optimizers.add_seed(name, slot.seed.parameters())
         return self._log(name, changes)
+
+    def fossilize(self, name: str, contribution: float | None) -> list[SlotChange]:
+        """G4; a width seed is then merged into the host, its optimizer state with it."""
+        slot = self.model.slot(name)
+        changes = self._log(name, [slot.fossilize(contribution)])
+        if slot.holds_width_seed:
+            self.optimizers.merge_seed(name, self.model.merge_width_seed(name))
+        return changes
 
     def cull(self, name: str, reason: str) -> list[SlotChange]:
         changes = self._log(name, [self.model.slot(name).cull(reason)])
