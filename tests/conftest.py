@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -25,6 +26,7 @@ def load_benchmark(name: str) -> ModuleType:
     """A script of `benchmarks/` (not a package) as a module, so its functions can be tested."""
     spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
     module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    sys.modules[name] = module  # dataclasses look their module up while it executes
     spec.loader.exec_module(module)  # type: ignore[union-attr]
     return module
 

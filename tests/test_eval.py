@@ -9,11 +9,12 @@ import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from conftest import tiny_shapes_task
+from conftest import tiny_shapes_data, tiny_shapes_task
 from esper.scripts.evaluate import ControllerSpec, pairs
 from esper.scripts.train import main
 from esper.simic.checkpoint import policy_only, policy_sha256
 from esper.tolaria import TASKS
+from esper.tolaria.compute import width_for_train_gflops
 from test_cli import check_usage_error, plateau_task
 
 FAST = ["--max-epochs", "2", "--workers", "0"]
@@ -104,6 +105,29 @@ def test_matched_is_a_static_host_near_the_growing_controllers_size(tiny_shapes,
     grown = sum(h + s for h, s in zip(random["host_params"], random["seed_params"], strict=True)) / 2
     assert matched["seed_params"] == [0, 0]
     assert report["matched_width"] == TASKS["shapes"].width_for_params(round(grown))
+
+
+def test_compute_is_the_static_host_whose_run_costs_what_growth_cost(
+    tiny_shapes, workdir: Path, tmp_path: Path, capsys
+) -> None:
+    """Training FLOPs per seed in eval.json and the table; naive growth grows once on schedule;
+    `compute` is the static width whose whole run's FLOPs are nearest the growing ones' mean."""
+    run_dir = tmp_path / "eval"
+    argv = ["eval", "--controllers", "static", "naive:widen_100@0", "compute", "--seeds", "0:2", "--max-epochs", "4"]
+    assert main([*argv, "--workers", "0", "--run-dir", str(run_dir)]) == 0
+    out = capsys.readouterr().out
+    assert "train GFLOPs" in out and "compute: a static host of width" in out
+    report = json.loads((run_dir / "eval.json").read_text())
+    static, naive, compute = (report["controllers"][k] for k in ("static", "naive:widen_100@0", "compute"))
+    assert all(g > 0 for g in static["train_gflops"]) and len(naive["train_gflops"]) == 2
+    assert all(n > s for n, s in zip(naive["train_gflops"], static["train_gflops"], strict=True))
+    assert [len(seeds) for seeds in naive["grown_seeds"]] == [3, 3]  # once in each slot
+    assert {s["blueprint"] for seeds in naive["grown_seeds"] for s in seeds} == {"widen_100"}
+    target = sum(naive["train_gflops"]) / 2
+    data = tiny_shapes_data()
+    assert report["compute_width"] == width_for_train_gflops(TASKS["shapes"], data, 4, target)
+    assert compute["seed_params"] == [0, 0]
+    assert "compute - static" in report["paired"] and "naive:widen_100@0 - compute" in report["paired"]
 
 
 def test_a_policy_controller_runs_on_seeds_it_never_trained_on(
@@ -206,7 +230,7 @@ def test_eval_refuses_the_seeds_a_policy_trained_on(
 @pytest.mark.parametrize(
     ("argv", "fragments"),
     [
-        (["--controllers", "static", "greedy", "--seeds", "0:2"], ["'greedy'", "static matched heuristic"]),
+        (["--controllers", "static", "greedy", "--seeds", "0:2"], ["'greedy'", "static matched compute heuristic"]),
         (["--controllers", "static", "policy", "--seeds", "0:2"], ["'policy'", "policy:PATH"]),
         (["--controllers", "static", "random", "--seeds", "4:4"], ["'4:4'", "empty"]),
         (["--controllers", "static", "random", "--seeds", "four"], ["'four'", "A:B"]),
@@ -214,6 +238,14 @@ def test_eval_refuses_the_seeds_a_policy_trained_on(
         (["--controllers", "static", "policy:missing.pt", "--seeds", "0:2"], ["missing.pt", "does not exist"]),
         (["--controllers", "static", "matched", "--seeds", "0:2"], ["matched needs a growing controller"]),
         (["--controllers", "static", "static", "--seeds", "0:2"], ["twice"]),
+        (["--controllers", "static", "compute", "--seeds", "0:2"], ["compute needs a growing controller"]),
+        (["--controllers", "static", "naive:widen_50", "--seeds", "0:2"], ["naive:widen_50", "BLUEPRINT@EPOCH"]),
+        (["--controllers", "static", "naive:widen_50@x", "--seeds", "0:2"], ["naive:widen_50@x", "epoch >= 0"]),
+        (["--controllers", "naive:bogus@3", "--seeds", "0:2"], ["naive:bogus@3", "'bogus'", "widen_50"]),
+        (
+            ["--controllers", "naive:widen_25@3", "--seeds", "0:2", "--host.width", "1"],
+            ["naive:widen_25@3", "slot 'early'", "less than one unit"],
+        ),
         (
             ["--controllers", "heuristic", "--seeds", "0:2", "--heuristic.blueprint_order", "[nope]"],
             ["'nope'", "conv_heavy"],

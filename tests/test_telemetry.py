@@ -206,12 +206,15 @@ def test_console_other_events() -> None:
                 "host_params": 18626,
                 "seed_params": 1200,
                 "seconds": 3.21,
+                "train_gflops": 1234.5,
             },
         )
     )
     lines = stream.getvalue().splitlines()
     assert lines[0] == "[episode 0 epoch   5] governor rollback: non-finite loss"
-    assert lines[1] == ("[episode 2] done: test_acc 50.13% (val_acc 51.23%), host 18,626 + seeds 1,200 params, 3.2s")
+    assert lines[1] == (
+        "[episode 2] done: test_acc 50.13% (val_acc 51.23%), host 18,626 + seeds 1,200 params, 1,234 training GFLOPs, 3.2s"
+    )
 
 
 def test_format_event_unknown_kind_is_none() -> None:

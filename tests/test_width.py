@@ -282,3 +282,14 @@ def test_the_ablated_arm_of_a_width_seed_is_the_host_without_it() -> None:
     torch.testing.assert_close(ablated["mid"], plain.eval()(x, batchnorm_stats=plain_stats.model))
     torch.testing.assert_close(out, model(x, batchnorm_stats=stats.model))
     assert not torch.allclose(out, ablated["mid"])
+
+
+def test_random_controller_germinates_width_seeds_when_allowed() -> None:
+    """Its head is the residual blueprints plus the width ones a run allows; a policy's run allows none."""
+    from esper.tamiyo import RandomController
+    from esper.tamiyo.actions import ActionSpace
+
+    assert ActionSpace(Topology.CNN, ("early",)).blueprints == ActionSpace(Topology.CNN, ("early",), ()).blueprints
+    controller = RandomController(Topology.CNN, ("early", "mid", "late"), ("widen_50",), rng_seed=3)
+    assert controller.actions.blueprints[-1] == "widen_50"
+    assert controller.actions.blueprint_mask().tolist() == [False] * 6 + [True]

@@ -111,7 +111,8 @@ def format_event(event: Event) -> str | None:
         return (
             f"[episode {event.episode}] done: test_acc {d['final_test_accuracy']:.2f}% "
             f"(val_acc {d['final_val_accuracy']:.2f}%), "
-            f"host {d['host_params']:,} + seeds {d['seed_params']:,} params, {d['seconds']:.1f}s"
+            f"host {d['host_params']:,} + seeds {d['seed_params']:,} params, "
+            f"{d['train_gflops']:,.0f} training GFLOPs, {d['seconds']:.1f}s"
         )
     return None
 

@@ -115,10 +115,15 @@ def resolve_blueprints(task: TaskSpec, names: Sequence[str] | None, default: tup
 
 
 def check_blueprints_fit(
-    task: TaskSpec, host_width: int | None, slots: Sequence[str], blueprints: Sequence[str] | None
+    task: TaskSpec,
+    host_width: int | None,
+    slots: Sequence[str],
+    blueprints: Sequence[str] | None,
+    flag: str | None = None,
 ) -> None:
     """Every slot a controller may use takes every blueprint it may choose: a width blueprint
-    needs a layer pair in the segment before the slot, of enough hidden units for its size."""
+    needs a layer pair in the segment before the slot, of enough hidden units for its size.
+    `flag` names the option in the error (default: `--blueprints NAME`)."""
     if not blueprints:
         return
     with torch.device("meta"):  # shapes only: no memory, no draw from the global RNG
@@ -128,7 +133,7 @@ def check_blueprints_fit(
             try:
                 model.slot(slot).seed_param_count(name)
             except ValueError as exc:
-                raise UsageError(f"--blueprints {name}: {exc}") from None
+                raise UsageError(f"{flag or f'--blueprints {name}'}: {exc}") from None
 
 
 def load_task_data(task: TaskSpec, data_dir: str | None) -> TaskData:

@@ -73,6 +73,7 @@ from esper.tamiyo import (
     HEADS,
     HeuristicConfig,
     HeuristicController,
+    NaiveGrowthController,
     RandomController,
     StaticController,
     is_policy_name,
@@ -81,6 +82,7 @@ from esper.tamiyo import (
 )
 from esper.tamiyo.diagnostics import DecisionDiagnostics
 from esper.tolaria import EnvConfig, GovernorConfig, MorphogeneticEnv, TaskSpec, get_task
+from esper.tolaria.compute import width_for_train_gflops
 from esper.tolaria.episode import Controller, run_episode
 
 EVAL_GROUPS: dict[str, Group] = {
@@ -107,9 +109,9 @@ EVAL_DEFAULTS: dict[str, Any] = {
 RUN_FILES = ("eval.json", "config.json", "tensorboard", "episodes.jsonl")
 EPISODES_FILE = "episodes.jsonl"
 """Each finished episode's result, one line each, as it completes: what `--resume last` reads."""
-BASELINES = ("static", "matched", "heuristic", "random")
+BASELINES = ("static", "matched", "compute", "heuristic", "random")
 """What a learned controller is compared against, paired, in this order."""
-GROWING = ("heuristic", "random", "policy")
+GROWING = ("heuristic", "naive", "random", "policy")
 EPISODE_KEYS = (
     "test_accuracy",
     "val_accuracy",
@@ -118,11 +120,20 @@ EPISODE_KEYS = (
     "fossilized",
     "culled",
     "seconds",
+    "train_gflops",
+    "measure_gflops",
     "grown_seeds",
 )
 """What eval.json lists per controller, one entry per RNG seed; `grown_seeds` holds the record of
 every seed module the episode grew (slot, blueprint, stage history with epochs, final stage)."""
-CONTROLLER_HELP = "static matched heuristic[:FILE] random policy:PATH|NAME (a shipped policy, e.g. policy:shapes)"
+CONTROLLER_HELP = (
+    "static matched compute heuristic[:FILE] naive:BLUEPRINT@EPOCH random policy:PATH|NAME (a shipped policy, "
+    "e.g. policy:shapes); naive: grow BLUEPRINT once in every slot from EPOCH on and keep what the gates pass; "
+    "matched: a static host of the growing controllers' mean final size; compute: a static host whose whole "
+    "run costs the growing controllers' mean training FLOPs"
+)
+SIZED_STATICS = ("matched", "compute")
+"""Static hosts whose width is chosen after the growing controllers have run."""
 
 
 @dataclass(frozen=True)
@@ -196,32 +207,53 @@ def parse_seeds(text: str | None) -> tuple[int, ...]:
 
 def parse_controller(text: str) -> ControllerSpec:
     kind, colon, path = text.partition(":")
-    if kind in ("static", "matched", "random") and not colon:
+    if kind in ("static", *SIZED_STATICS, "random") and not colon:
         return ControllerSpec(text, kind)
     if kind == "heuristic":
         return ControllerSpec(text, kind, path or None)
+    if kind == "naive" and path:
+        naive_schedule(text, path)
+        return ControllerSpec(text, kind, path)
     if kind == "policy" and path:
         shipped = trained_policy_path(path)
         return ControllerSpec(text, kind, str(shipped) if shipped else path)
     raise UsageError(f"--controllers: unknown controller {text!r}; choose from: {CONTROLLER_HELP}")
 
 
-def resolve_controllers(names: list[str] | None, task: TaskSpec, seeds: tuple[int, ...]) -> tuple[ControllerSpec, ...]:
+def naive_schedule(name: str, path: str) -> tuple[str, int]:
+    """`BLUEPRINT@EPOCH` of a `naive:` controller, as (blueprint, epoch)."""
+    blueprint, at, epoch = path.partition("@")
+    if not at or not blueprint or not epoch.isdigit():
+        raise UsageError(f"--controllers {name}: expected naive:BLUEPRINT@EPOCH with an epoch >= 0 (naive:widen_100@5)")
+    return blueprint, int(epoch)
+
+
+def resolve_controllers(
+    names: list[str] | None, task: TaskSpec, seeds: tuple[int, ...], host_width: int | None = None
+) -> tuple[ControllerSpec, ...]:
     if not names:
         raise UsageError(f"--controllers is required: one or more of: {CONTROLLER_HELP}")
     specs = tuple(parse_controller(name) for name in names)
     if len({s.name for s in specs}) != len(specs):
         raise UsageError(f"--controllers names a controller twice: {' '.join(names)}")
-    if "matched" in {s.kind for s in specs} and not any(s.grows for s in specs):
-        raise UsageError("--controllers: matched needs a growing controller (heuristic, random or policy:PATH)")
+    for sized in SIZED_STATICS:
+        if sized in {s.kind for s in specs} and not any(s.grows for s in specs):
+            raise UsageError(f"--controllers: {sized} needs a growing controller (heuristic, random or policy:PATH)")
     for spec in specs:
-        check_controller(spec, task, seeds)
+        check_controller(spec, task, seeds, host_width=host_width)
     return specs
 
 
-def check_controller(spec: ControllerSpec, task: TaskSpec, seeds: tuple[int, ...], flag: str = "--controllers") -> None:
+def check_controller(
+    spec: ControllerSpec,
+    task: TaskSpec,
+    seeds: tuple[int, ...],
+    flag: str = "--controllers",
+    host_width: int | None = None,
+) -> None:
     """What a controller reads loads: a policy fits the task and never trained on `seeds`; a
-    heuristic file holds valid knobs (`flag`: the option that named it, for the error)."""
+    heuristic file holds valid knobs; naive growth's blueprint fits every slot of the host at
+    `host_width` (`flag`: the option that named it, for the error)."""
     if spec.kind == "policy":
         check_policy(spec, task, seeds, flag)
     if spec.kind == "heuristic" and spec.path:
@@ -229,6 +261,9 @@ def check_controller(spec: ControllerSpec, task: TaskSpec, seeds: tuple[int, ...
             resolve_heuristic_blueprints(task, heuristic_from_file(spec.path, HeuristicConfig()), None)
         except UsageError as exc:
             raise UsageError(f"heuristic:{spec.path}: {exc}") from None
+    if spec.kind == "naive":
+        blueprint, _ = naive_schedule(spec.name, spec.path or "")
+        check_blueprints_fit(task, host_width, [s.name for s in task.slot_ids], [blueprint], f"{flag} {spec.name}")
 
 
 def check_policy(spec: ControllerSpec, task: TaskSpec, seeds: tuple[int, ...], flag: str = "--controllers") -> None:
@@ -282,7 +317,7 @@ def resolve_eval(args: argparse.Namespace, rest: list[str]) -> EvalRun:
     blueprints = resolve_heuristic_blueprints(task, knobs["heuristic"], settings["blueprints"])
     check_blueprints_fit(task, knobs["host"].width, resolve_slots(task, settings["slots"]), blueprints)
     seeds = parse_seeds(settings["seeds"])
-    controllers = resolve_controllers(settings["controllers"], task, seeds)
+    controllers = resolve_controllers(settings["controllers"], task, seeds, knobs["host"].width)
     max_epochs = task.max_epochs if settings["max_epochs"] is None else settings["max_epochs"]
     check_minimum("--max-epochs", max_epochs, 1)
     check_minimum("--max-germinations", settings["max_germinations"], 0)
@@ -360,15 +395,16 @@ class EpisodeJob:
     """`--blueprints`: what the heuristic and `random` choose from (None: their own defaults)."""
 
 
-def episode_jobs(run: EvalRun, specs: list[ControllerSpec], host_width: int | None) -> list[EpisodeJob]:
+def episode_jobs(run: EvalRun, specs: list[ControllerSpec], widths: dict[str, int]) -> list[EpisodeJob]:
+    """`widths`: the host width of each sized static (`SIZED_STATICS`) among `specs`."""
     fields = {f.name: getattr(run.env, f.name) for f in dataclasses.fields(run.env) if f.name != "task"}
     jobs = []
     for spec in specs:
         env_fields = dict(fields)
-        if spec.kind in ("static", "matched"):
+        if spec.kind in ("static", *SIZED_STATICS):
             env_fields["max_germinations"] = 0
-        if spec.kind == "matched":
-            env_fields["host_width"] = host_width
+        if spec.kind in SIZED_STATICS:
+            env_fields["host_width"] = widths[spec.kind]
         for seed in run.seeds:
             job = EpisodeJob(
                 spec, seed, run.task.name, run.host_knobs, env_fields, run.heuristic, run.sample, run.data_dir,
@@ -400,12 +436,15 @@ def make_controller(
     what the heuristic (its knobs' order narrowed to them) and `random` choose from (None: all; a
     policy always chooses among the blueprints its run allowed); `sample`: a policy samples
     instead of taking its most probable action."""
-    if spec.kind in ("static", "matched"):
+    if spec.kind in ("static", *SIZED_STATICS):
         return StaticController()
     if spec.kind == "random":
         return RandomController(
             config.task.topology, config.enabled_slots, blueprints, thresholds=config.thresholds, rng_seed=rng_seed
         )
+    if spec.kind == "naive":
+        blueprint, epoch = naive_schedule(spec.name, spec.path or "")
+        return NaiveGrowthController(config.task.topology, config.enabled_slots, blueprint, epoch, config.thresholds)
     if spec.kind == "heuristic":
         knobs = heuristic_from_file(spec.path, heuristic) if spec.path else heuristic
         return HeuristicController(
@@ -444,12 +483,15 @@ def episode_result(job: EpisodeJob) -> dict[str, Any]:
         "controller": job.spec.name,
         "seed": job.rng_seed,
         "test_accuracy": outcome.final_test_accuracy,
+        "test_loss": outcome.final_test_loss,
         "val_accuracy": outcome.final_val_accuracy,
         "host_params": outcome.host_params,
         "seed_params": outcome.seed_params,
         "fossilized": sum(r.final_stage == "FOSSILIZED" for r in outcome.records),
         "culled": sum(r.final_stage == "CULLED" for r in outcome.records),
         "seconds": outcome.seconds,
+        "train_gflops": outcome.train_gflops,
+        "measure_gflops": outcome.measure_gflops,
         "grown_seeds": [record.to_json() for record in outcome.records],
         "diagnostics": diagnostics.state() if diagnostics else None,
         **({"policy_sha256": digest} if digest is not None else {}),
@@ -457,7 +499,7 @@ def episode_result(job: EpisodeJob) -> dict[str, Any]:
 
 
 def run_all(
-    run: EvalRun, pool, specs: list[ControllerSpec], host_width: int | None, stop: GracefulStop
+    run: EvalRun, pool, specs: list[ControllerSpec], widths: dict[str, int], stop: GracefulStop
 ) -> list[dict[str, Any]]:
     """Every seed of `specs` not finished before, in `pool` (or one by one in this process when
     `pool` is None), each result saved as it completes. After a signal, the episodes running
@@ -465,7 +507,7 @@ def run_all(
     held = {(r["controller"], r["seed"]): r for r in run.finished}
     paths = {s.name: s.path for s in specs}
     results = [held[(s.name, seed)] for s in specs for seed in run.seeds if (s.name, seed) in held]
-    jobs = [job for job in episode_jobs(run, specs, host_width) if (job.spec.name, job.rng_seed) not in held]
+    jobs = [job for job in episode_jobs(run, specs, widths) if (job.spec.name, job.rng_seed) not in held]
     if pool is None:
         done = (episode_result(job) for job in jobs if not stop.signum)
     else:
@@ -504,15 +546,27 @@ def run_all(
     return results
 
 
-def matched_width(run: EvalRun, results: list[dict[str, Any]]) -> int:
-    """The host width closest to the growing controllers' mean final parameter count."""
+def sized_widths(run: EvalRun, results: list[dict[str, Any]]) -> dict[str, int]:
+    """The host width of each sized static the run compares (`SIZED_STATICS`), from the growing
+    controllers' results: `matched` closest to their mean final parameter count, `compute` to
+    their mean training FLOPs for a whole run."""
     growing = {s.name for s in run.controllers if s.grows}
-    sizes = [r["host_params"] + r["seed_params"] for r in results if r["controller"] in growing]
-    return run.task.width_for_params(round(statistics.fmean(sizes)))
+    rows = [r for r in results if r["controller"] in growing]
+    kinds = {s.kind for s in run.controllers}
+    widths: dict[str, int] = {}
+    if "matched" in kinds:
+        widths["matched"] = run.task.width_for_params(
+            round(statistics.fmean(r["host_params"] + r["seed_params"] for r in rows))
+        )
+    if "compute" in kinds:
+        data = _task_data(run.task.name, tuple(sorted(run.host_knobs.items())), run.data_dir)
+        target = statistics.fmean(r["train_gflops"] for r in rows)
+        widths["compute"] = width_for_train_gflops(run.task, data, run.env.max_epochs, target)
+    return widths
 
 
 # --------------------------------------------------------------------------- report
-def comparison(run: EvalRun, results: list[dict[str, Any]], width: int | None) -> dict[str, Any]:
+def comparison(run: EvalRun, results: list[dict[str, Any]], widths: dict[str, int]) -> dict[str, Any]:
     """eval.json: per controller one list entry per seed, in seed order, and the paired differences."""
     by_name: dict[str, dict[str, list]] = {}
     for spec in run.controllers:
@@ -524,7 +578,8 @@ def comparison(run: EvalRun, results: list[dict[str, Any]], width: int | None) -
         "task": run.task.name,
         "max_epochs": run.env.max_epochs,
         "seeds": list(run.seeds),
-        "matched_width": width,
+        "matched_width": widths.get("matched"),
+        "compute_width": widths.get("compute"),
         "controllers": by_name,
         "test_accuracy": {name: estimate(values).to_json() for name, values in test.items()},
         "paired": {f"{a} - {b}": paired_difference(test[a], test[b]).to_json() for a, b in pairs(run.controllers)},
@@ -566,12 +621,16 @@ def interval_text(ci95: list[float | None], spec: str) -> str:
 def table(report: dict[str, Any]) -> str:
     n = len(report["seeds"])
     width = max(28, *(len(name) for name in report["controllers"]))  # a policy's path can be long
-    lines = [f"{'controller':<{width}} {'test accuracy % (95% CI)':>28} {'added params':>13} {'s / episode':>12}"]
+    lines = [
+        f"{'controller':<{width}} {'test accuracy % (95% CI)':>28} {'added params':>13} "
+        f"{'train GFLOPs':>13} {'s / episode':>12}"
+    ]
     for name, values in report["controllers"].items():
         est = report["test_accuracy"][name]
         lines.append(
             f"{name:<{width}} {est['mean']:>10.2f} {interval_text(est['ci95'], '6.2f')}    "
-            f"{statistics.fmean(values['seed_params']):>13,.0f} {statistics.fmean(values['seconds']):>12.1f}"
+            f"{added_params(report, name):>13,.0f} {statistics.fmean(values['train_gflops']):>13,.0f} "
+            f"{statistics.fmean(values['seconds']):>12.1f}"
         )
     if report["paired"]:  # one controller alone has nothing to be paired with
         lines.append(f"\npaired test accuracy difference, points (95% CI over {n} seed{'s' if n != 1 else ''}):")
@@ -590,10 +649,18 @@ def table(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def added_params(report: dict[str, Any], name: str) -> float:
+    """Mean parameters over the default host: the seeds' for a growing controller, the extra width's
+    for a sized static (whose host itself is larger)."""
+    values = report["controllers"][name]
+    default = min(min(v["host_params"]) for v in report["controllers"].values())
+    return statistics.fmean(h + s - default for h, s in zip(values["host_params"], values["seed_params"], strict=True))
+
+
 def run_eval(run: EvalRun) -> dict[str, Any]:
     run.run_dir.mkdir(parents=True, exist_ok=True)
     write_json_atomic(run.run_dir / "config.json", run.config)
-    first = [s for s in run.controllers if s.kind != "matched"]
+    first = [s for s in run.controllers if s.kind not in SIZED_STATICS]
     print(
         f"esper eval: task {run.task.name}, {len(run.controllers)} controllers x {len(run.seeds)} seeds "
         f"({run.seeds[0]}..{run.seeds[-1]}) x {run.env.max_epochs} epochs, {run.workers} workers, "
@@ -609,19 +676,20 @@ def run_eval(run: EvalRun) -> dict[str, Any]:
         else None
     )
     with workers or contextlib.nullcontext() as pool, GracefulStop("the episodes running are finished") as stop:
-        results = run_all(run, pool, first, None, stop)
-        width = None
-        if any(s.kind == "matched" for s in run.controllers):
-            width = matched_width(run, results)
-            print(f"  matched: a static host of width {width} (default {run.task.host_width})", flush=True)
-            results += run_all(run, pool, [s for s in run.controllers if s.kind == "matched"], width, stop)
-    report = comparison(run, results, width)
+        results = run_all(run, pool, first, {}, stop)
+        widths = sized_widths(run, results)
+        for kind, width in widths.items():
+            print(f"  {kind}: a static host of width {width} (default {run.task.host_width})", flush=True)
+        sized = [s for s in run.controllers if s.kind in SIZED_STATICS]
+        if sized:
+            results += run_all(run, pool, sized, widths, stop)
+    report = comparison(run, results, widths)
     report.update(torch_build())
     write_json_atomic(run.run_dir / "eval.json", report)
     board = TelemetryHub([TensorBoardBackend(run.run_dir / "tensorboard", run.config)])
     for name, lists in report["controllers"].items():
         for i, seed in enumerate(report["seeds"]):
-            values = {k: lists[k][i] for k in ("test_accuracy", "val_accuracy", "seed_params")}
+            values = {k: lists[k][i] for k in ("test_accuracy", "val_accuracy", "seed_params", "train_gflops")}
             board.emit(Event(EVAL_RESULT, seed, 0, {"controller": name, **values}))
     board.close()
     print(table(report))

@@ -53,6 +53,7 @@ from esper.scripts.config import (
     resolved_config,
 )
 from esper.scripts.evaluate import (
+    SIZED_STATICS,
     ControllerSpec,
     add_eval_parser,
     check_controller,
@@ -98,7 +99,9 @@ HEURISTIC_DEFAULTS: dict[str, Any] = {
 
 GROW_DEFAULTS: dict[str, Any] = {**HEURISTIC_DEFAULTS, "controller": "heuristic", "sample": False}
 """A `grow` run's: a heuristic run's, and the controller that grows."""
-GROW_CONTROLLERS = "static random heuristic[:FILE] policy:PATH|NAME (a shipped policy, e.g. policy:shapes)"
+GROW_CONTROLLERS = (
+    "static random heuristic[:FILE] naive:BLUEPRINT@EPOCH policy:PATH|NAME (a shipped policy, e.g. policy:shapes)"
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -161,8 +164,8 @@ def resolve_growth(args: argparse.Namespace, rest: Sequence[str] = ()) -> Growth
     file_settings, file_knobs = config_file(args, defaults, HEURISTIC_GROUPS)
     settings = merge_settings(defaults, file_settings, args=args)
     task = resolve_task(settings["task"])
-    controller = resolve_grow_controller(settings.get("controller", "heuristic"), task)
     knobs = parse_knobs(HEURISTIC_GROUPS, rest, over_tuned_heuristic(task.name, file_knobs))
+    controller = resolve_grow_controller(settings.get("controller", "heuristic"), task, knobs["host"].width)
     task = knobs["host"].apply(task)
     episodes, rng_seed = settings["episodes"], settings["seed"]
     check_minimum("--episodes", episodes, 1)
@@ -218,16 +221,16 @@ def resolve_growth(args: argparse.Namespace, rest: Sequence[str] = ()) -> Growth
     )
 
 
-def resolve_grow_controller(text: str, task: TaskSpec) -> ControllerSpec:
-    """The controller of a `grow` run: any of `eval`'s but `matched` (which is sized after the
-    other controllers of an eval); a policy must fit the task."""
+def resolve_grow_controller(text: str, task: TaskSpec, host_width: int | None) -> ControllerSpec:
+    """The controller of a `grow` run: any of `eval`'s but `matched` and `compute` (which are
+    sized after the other controllers of an eval); a policy must fit the task."""
     try:
         spec = parse_controller(text)
     except UsageError:
         spec = None
-    if spec is None or spec.kind == "matched":
+    if spec is None or spec.kind in SIZED_STATICS:
         raise UsageError(f"--controller: unknown controller {text!r}; choose from: {GROW_CONTROLLERS}")
-    check_controller(spec, task, seeds=(), flag="--controller")
+    check_controller(spec, task, seeds=(), flag="--controller", host_width=host_width)
     return spec
 
 

@@ -5,7 +5,7 @@ the static and random baselines, the policies shipped per task, and the diagnost
 controller's decisions. It reads the training signals of `esper.leyline`."""
 
 from esper.tamiyo.actions import HEADS, ActionSpace
-from esper.tamiyo.baselines import RandomController, StaticController
+from esper.tamiyo.baselines import NaiveGrowthController, RandomController, StaticController
 from esper.tamiyo.distributions import (
     FactoredMasks,
     FactoredSample,
@@ -29,6 +29,7 @@ __all__ = [
     "HeuristicConfig",
     "HeuristicController",
     "MaskedCategorical",
+    "NaiveGrowthController",
     "ObservationLayout",
     "PolicySpaces",
     "RandomController",

@@ -33,13 +33,14 @@ class ActionSpace:
     def __post_init__(self) -> None:
         for name in self.allowed_blueprints or ():
             get_blueprint(self.topology, name)
-            if name not in self.blueprints:
-                raise ValueError(f"{name!r} is not in the blueprint head ({' '.join(self.blueprints)})")
 
     @property
     def blueprints(self) -> tuple[str, ...]:
-        """The blueprint head's order: every blueprint of the topology, masked to the allowed ones."""
-        return blueprint_names(self.topology)
+        """The blueprint head's order: every residual blueprint of the topology, then the width
+        blueprints allowed (a learned policy's run allows none: its head is the residual ones),
+        masked to the allowed ones."""
+        residual = blueprint_names(self.topology)
+        return residual + tuple(b for b in self.allowed_blueprints or () if b not in residual)
 
     @property
     def head_sizes(self) -> tuple[int, ...]:

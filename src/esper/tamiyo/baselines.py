@@ -1,4 +1,5 @@
-"""The simplest controllers a learned one is compared with: never grow, and act at random.
+"""The simplest controllers a learned one is compared with: never grow, grow once on a fixed
+schedule (naive growth), and act at random.
 
 Both speak the `Controller` protocol of `esper.tolaria` (reset, decide, record_step), so they run
 through the same episode loop as the heuristic and a learned policy.
@@ -11,8 +12,9 @@ from collections.abc import Sequence
 import torch
 
 from esper.kasmina import StageChange
-from esper.kasmina.blueprints import Topology
-from esper.leyline import Decision, GateThresholds, LifecycleOp, TrainingSignals
+from esper.kasmina.blueprints import Topology, get_blueprint
+from esper.kasmina.lifecycle import fossilize_gate
+from esper.leyline import Decision, GateThresholds, LifecycleOp, SeedStage, TrainingSignals
 from esper.tamiyo.actions import ActionSpace
 from esper.tamiyo.distributions import sample_factored
 
@@ -28,6 +30,51 @@ class StaticController:
 
     def record_step(self, decision: Decision, changes: Sequence[tuple[str, StageChange]]) -> None:
         """A static host learns nothing from its steps."""
+
+
+class NaiveGrowthController:
+    """Naive growth, the growth literature's simplest baseline: germinate `blueprint` once in each
+    enabled slot from `epoch` on (one slot per step, in host order), and keep every seed the
+    gates let through (fossilize as soon as G4 passes); no decision reads anything else.
+
+    The gates still cull a seed that does not help on probation, as they do for every controller.
+    """
+
+    def __init__(
+        self,
+        topology: Topology,
+        slot_names: Sequence[str],
+        blueprint: str,
+        epoch: int,
+        thresholds: GateThresholds | None = None,
+    ) -> None:
+        get_blueprint(topology, blueprint)
+        if epoch < 0:
+            raise ValueError(f"naive growth starts at an epoch >= 0, got {epoch}")
+        self.slot_names, self.blueprint, self.epoch = tuple(slot_names), blueprint, epoch
+        self.thresholds = thresholds or GateThresholds()
+        self.reset()
+
+    def reset(self) -> None:
+        self.grown: set[str] = set()
+
+    def decide(self, signals: TrainingSignals) -> Decision:
+        by_name = {s.name: s for s in signals.slots}
+        for name in self.slot_names:
+            s = by_name[name]
+            if fossilize_gate(s.stage, s.epochs_in_stage, s.contribution, self.thresholds).passed:
+                return Decision(LifecycleOp.FOSSILIZE, name, reason="naive: keep what the gates pass")
+        budget = signals.seeds_germinated < signals.max_germinations
+        if signals.epoch >= self.epoch and budget:
+            for name in self.slot_names:
+                if name not in self.grown and by_name[name].stage is SeedStage.DORMANT:
+                    return Decision(
+                        LifecycleOp.GERMINATE, name, self.blueprint, reason=f"naive: grow at epoch {self.epoch}"
+                    )
+        return Decision(LifecycleOp.WAIT)
+
+    def record_step(self, decision: Decision, changes: Sequence[tuple[str, StageChange]]) -> None:
+        self.grown |= {slot for slot, change in changes if change.target is SeedStage.GERMINATED}
 
 
 class RandomController:

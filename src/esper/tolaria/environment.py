@@ -34,6 +34,7 @@ import torch
 from esper.kasmina import MorphogeneticModel
 from esper.leyline import Decision, GateThresholds, SeedStage, TrainingSignals
 from esper.nissa import Event
+from esper.tolaria.compute import ComputeMeter
 from esper.tolaria.datasets import TaskData
 from esper.tolaria.events import EnvClock, EnvEvents
 from esper.tolaria.governor import Governor, GovernorConfig
@@ -140,6 +141,7 @@ class MorphogeneticEnv:
         numbering of the seeds its finished episodes grew)."""
         self.config = config
         self.passes = DevicePasses(config.device, data, config.amp)
+        self.compute = ComputeMeter(self.passes.data, config.device)
         self.clock = EnvClock()
         self.events = EnvEvents(emit or (lambda event: None), self.clock)
         self.tracker = SignalTracker()
@@ -176,9 +178,8 @@ class MorphogeneticEnv:
         self.tracker.reset()
         self.events.pending.clear()
         self._open, self._ended_by_panic, self._started = None, False, time.perf_counter()
-        self.passes.join()
-        with self.passes.on_stream():
-            val = self.passes.measure(self.model)
+        self.compute.reset()
+        val = self._measure()
         self._last_val, self._last_grads = val, {}
         self.keeper.keep(None)
         self.signals = self._assemble_signals(EpochMeasurements(val.loss, val.accuracy, val.loss, val.accuracy), val)
@@ -234,7 +235,8 @@ class MorphogeneticEnv:
         try:
             with self.passes.on_stream():  # the epoch's one sync and validation, on the env's stream
                 train = step.training.finish()
-                val = self.passes.measure(self.model)
+            self.compute.add_training_epoch(self.model, step.training.n_samples)
+            val = self._measure(join=False)
             panic = self.governor.judge(train.loss, val.loss)
             if panic is None:
                 changes = step.changes + self.seeds.tick(train, val)
@@ -318,11 +320,19 @@ class MorphogeneticEnv:
         """Measure again after a cull (by a gate, or by the governor after a rollback) removed a
         seed that shaped the output: the accuracy reported (and rewarded) must be that of the
         model left, not of the one that still held the seed."""
-        self.passes.join()
-        with self.passes.on_stream():
-            val = self.passes.measure(self.model)
+        val = self._measure()
         self._last_val = val
         return val, dataclasses.replace(measured, val_loss=val.loss, val_accuracy=val.accuracy)
+
+    def _measure(self, join: bool = True) -> ValidationStats:
+        """The selection measurement on the env's stream (after the device's current stream's
+        work, when `join`), its compute counted."""
+        if join:
+            self.passes.join()
+        with self.passes.on_stream():
+            val = self.passes.measure(self.model)
+        self.compute.add_measurement(self.model, tuple(val.ablated_accuracy))
+        return val
 
     def _assemble_signals(
         self, measured: EpochMeasurements, val: ValidationStats, healthy: bool = True

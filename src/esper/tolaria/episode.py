@@ -34,6 +34,10 @@ class EpisodeOutcome:
     records: tuple[SeedRecord, ...]
     rollbacks: int
     seconds: float
+    train_gflops: float
+    """Forward and backward of host and seeds, epoch by epoch as trained (`esper.tolaria.compute`)."""
+    measure_gflops: float
+    """The calibration and selection passes with their counterfactual arms, counted apart."""
 
     @classmethod
     def from_json(cls, data: dict) -> EpisodeOutcome:
@@ -50,6 +54,8 @@ class EpisodeOutcome:
             records=tuple(SeedRecord.from_json(r) for r in data["seeds"]),
             rollbacks=int(data["rollbacks"]),
             seconds=float(data["seconds"]),
+            train_gflops=float(data["train_gflops"]),
+            measure_gflops=float(data["measure_gflops"]),
         )
 
     def to_json(self) -> dict[str, object]:
@@ -64,6 +70,8 @@ class EpisodeOutcome:
             "seed_params": self.seed_params,
             "rollbacks": self.rollbacks,
             "seconds": self.seconds,
+            "train_gflops": self.train_gflops,
+            "measure_gflops": self.measure_gflops,
             "seeds": [r.to_json() for r in self.records],
         }
 
@@ -99,6 +107,8 @@ def run_episode(
         records=tuple(env.seeds.records),
         rollbacks=env.governor.rollbacks,
         seconds=env.episode_seconds(),
+        train_gflops=env.compute.train_gflops,
+        measure_gflops=env.compute.measure_gflops,
     )
     env.events.emit(
         Event(
@@ -111,6 +121,7 @@ def run_episode(
                 "host_params": outcome.host_params,
                 "seed_params": outcome.seed_params,
                 "seconds": outcome.seconds,
+                "train_gflops": outcome.train_gflops,
             },
         )
     )

@@ -105,7 +105,8 @@ class TrainingEpoch:
         self.loss_sum = torch.zeros((), device=device)
         self.correct = torch.zeros((), device=device, dtype=torch.int64)
         self.grad_sums = torch.zeros(len(self.seeded), device=device)
-        self.n_steps, self.n_items = 0, 0
+        self.n_steps, self.n_items, self.n_samples = 0, 0, 0
+        """Steps, targets (tokens of an LM) and samples (images, windows) trained on."""
 
     def step(self, x: torch.Tensor, y: torch.Tensor) -> None:
         self.model.train()
@@ -137,6 +138,7 @@ class TrainingEpoch:
         self.correct += batch_correct
         self.n_steps += 1
         self.n_items += y.numel()
+        self.n_samples += x.shape[0]
 
     def finish(self) -> TrainStats:
         """The epoch's statistics, read back with the one host-device sync of the epoch."""

@@ -1,0 +1,374 @@
+"""The static frontier: does growth beat simply starting bigger?
+
+Static hosts over a width sweep trace the front of what a fixed network reaches for its size and
+for its training compute. Growing arms start from a host on (or below) that front:
+
+- `heuristic`: the task's tuned heuristic with the residual blueprints (its default);
+- `heuristic+width`: the same knobs with the width blueprints first in its rotation
+  (`widen_100`, `widen_50`), then the residual ones;
+- `naive`: naive growth, `widen_100` germinated once in every slot from epoch 5, kept wherever
+  the gates pass it (no controller);
+- `policy:shapes`: the shipped learned controller (on `shapes`).
+
+Each growing arm runs from every start width given (`--start-widths`; by default the task's
+width and, on `shapes`, half of it). Every episode of a seed sees the same data order. Each arm's
+point is its mean test accuracy against its mean final parameters and mean training GFLOPs;
+the front interpolates the static means piecewise-linearly in log size (or log GFLOPs). A grown
+point above the front is growth that pays. Each growing arm is also paired, seed by seed, with
+the static width of the sweep nearest its final size and the one nearest its training GFLOPs.
+
+Episodes run in worker processes of one thread each, through `esper eval`'s own episode path,
+and each is appended to `<out-dir>/episodes.jsonl` as it ends: run the same command again to
+continue a stopped frontier. Writes `<out-dir>/frontier.json` and `<out-dir>/frontier.png`.
+
+Usage: python benchmarks/frontier.py --task shapes --seeds 200:210 [--workers N]
+           [--widths 4:13] [--start-widths 8 4] [--arms heuristic naive ...] [--out-dir DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import concurrent.futures
+import dataclasses
+import json
+import math
+import multiprocessing
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from esper.karn import estimate, paired_difference, write_json_atomic
+from esper.karn.rundir import read_jsonl
+from esper.kasmina import Topology
+from esper.scripts.common import UsageError, torch_build
+from esper.scripts.config import HostTraining
+from esper.scripts.evaluate import ControllerSpec, EpisodeJob, parse_seeds, run_one
+from esper.scripts.train import DEFAULT_MAX_GERMINATIONS
+from esper.tamiyo import PREFERRED_BLUEPRINTS, trained_policy_path, tuned_heuristic
+from esper.tolaria import TASKS, EnvConfig, TaskSpec, get_task
+
+RESULTS = Path(__file__).parent / "results"
+WIDTH_FIRST = ("widen_100", "widen_50")
+NAIVE = "naive:widen_100@5"
+DEFAULT_WIDTHS = {"shapes": "4:13", "pydoc": "32:97:16"}
+"""Static sweeps: shapes widths 4 to 12 (the default 8, half of it 4); pydoc d_model 32 to 96."""
+DEFAULT_ARMS = ("heuristic", "heuristic+width", "naive", "policy:shapes")
+
+
+@dataclasses.dataclass(frozen=True)
+class Arm:
+    """One point of the frontier: a controller on a host started at `width`."""
+
+    name: str
+    width: int
+
+    @property
+    def key(self) -> str:
+        return f"{self.name}@{self.width}"
+
+
+def job(task: TaskSpec, arm: Arm, seed: int, epochs: int) -> EpisodeJob:
+    """The episode `esper eval` would run for this arm and seed."""
+    heuristic = tuned_heuristic(task.name)
+    blueprints = None
+    spec = ControllerSpec(arm.name, "static")
+    if arm.name == "heuristic":
+        spec = ControllerSpec("heuristic", "heuristic")
+    elif arm.name == "heuristic+width":
+        spec = ControllerSpec("heuristic", "heuristic")
+        residual = heuristic.blueprint_order or PREFERRED_BLUEPRINTS[task.topology]
+        heuristic = dataclasses.replace(heuristic, blueprint_order=(*WIDTH_FIRST, *residual))
+        blueprints = heuristic.blueprint_order
+    elif arm.name == "naive":
+        spec = ControllerSpec(NAIVE, "naive", NAIVE.partition(":")[2])
+    elif arm.name.startswith("policy:"):
+        spec = ControllerSpec(arm.name, "policy", str(_policy_path(arm.name)))
+    env = EnvConfig(
+        task,
+        torch.device("cpu"),
+        epochs,
+        task.slot_names,
+        0 if spec.kind == "static" else DEFAULT_MAX_GERMINATIONS,
+        host_width=arm.width,
+    )
+    fields = {f.name: getattr(env, f.name) for f in dataclasses.fields(env) if f.name != "task"}
+    host = dataclasses.asdict(HostTraining())
+    return EpisodeJob(spec, seed, task.name, host, fields, heuristic, False, None, blueprints)
+
+
+def _policy_path(name: str) -> Path:
+    path = trained_policy_path(name.partition(":")[2])
+    if path is None:
+        raise UsageError(f"--arms {name}: no shipped policy of that name")
+    return path
+
+
+def row_of(arm: Arm, result: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "arm": arm.name,
+        "start_width": arm.width,
+        "seed": result["seed"],
+        "test_accuracy": result["test_accuracy"],
+        "test_bits_per_byte": result["test_loss"] / math.log(2),
+        "params": result["host_params"] + result["seed_params"],
+        "train_gflops": result["train_gflops"],
+        "measure_gflops": result["measure_gflops"],
+        "seconds": result["seconds"],
+        "kept": [f"{s['slot']}:{s['blueprint']}" for s in result["grown_seeds"] if s["final_stage"] == "FOSSILIZED"],
+    }
+
+
+def run_episodes(task: TaskSpec, arms: list[Arm], seeds: list[int], epochs: int, workers: int, out: Path) -> list[dict]:
+    """Every (arm, seed) episode not yet in `out/episodes.jsonl`, appended there as each ends."""
+    log = out / "episodes.jsonl"
+    rows = read_jsonl(log) if log.exists() else []
+    done = {(r["arm"], r["start_width"], r["seed"]) for r in rows}
+    todo = [(a, s) for a in arms for s in seeds if (a.name, a.width, s) not in done]
+    print(f"frontier: {len(rows)} episodes held, {len(todo)} to run, {workers} workers", file=sys.stderr, flush=True)
+    context = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool, log.open("a") as sink:
+        futures = {pool.submit(run_one, job(task, arm, seed, epochs)): arm for arm, seed in todo}
+        for future in concurrent.futures.as_completed(futures):
+            row = row_of(futures[future], future.result())
+            sink.write(json.dumps(row) + "\n")
+            sink.flush()
+            rows.append(row)
+            print(
+                f"{row['arm']}@{row['start_width']} seed {row['seed']}: test {row['test_accuracy']:.2f}% "
+                f"params {row['params']:,} train {row['train_gflops']:,.0f} GFLOPs",
+                file=sys.stderr,
+                flush=True,
+            )
+    return rows
+
+
+# --------------------------------------------------------------------------- the front
+@dataclasses.dataclass(frozen=True)
+class Metric:
+    """What the front is drawn in: test accuracy for images (higher is better), test bits per
+    byte for text (lower is better). `gain(a, b)` is how much better a is than b."""
+
+    key: str
+    label: str
+    higher_is_better: bool
+
+    def gain(self, a: float, b: float) -> float:
+        return a - b if self.higher_is_better else b - a
+
+
+def metric_for(task: TaskSpec) -> Metric:
+    if task.topology is Topology.TRANSFORMER:
+        return Metric("test_bits_per_byte", "test bits per byte (lower is better)", higher_is_better=False)
+    return Metric("test_accuracy", "test accuracy %", higher_is_better=True)
+
+
+def interpolate(xs: list[float], ys: list[float], x: float) -> float:
+    """Piecewise-linear in log x through sorted (xs, ys); constant beyond the ends."""
+    if x <= xs[0]:
+        return ys[0]
+    if x >= xs[-1]:
+        return ys[-1]
+    i = bisect.bisect_right(xs, x)
+    t = (math.log(x) - math.log(xs[i - 1])) / (math.log(xs[i]) - math.log(xs[i - 1]))
+    return ys[i - 1] + t * (ys[i] - ys[i - 1])
+
+
+def by_seed(rows: list[dict], arm: str, width: int, seeds: list[int]) -> list[dict]:
+    found = {r["seed"]: r for r in rows if r["arm"] == arm and r["start_width"] == width}
+    return [found[s] for s in seeds]
+
+
+def paired_gain(metric: Metric, values: list[float], static_rows: list[dict]) -> dict:
+    """Paired gain over a static host, seed by seed (positive: growth is better)."""
+    theirs = [r[metric.key] for r in static_rows]
+    ours, other = (values, theirs) if metric.higher_is_better else (theirs, values)
+    return paired_difference(ours, other).to_json()
+
+
+def summarise(task: TaskSpec, rows: list[dict], arms: list[Arm], widths: list[int], seeds: list[int]) -> dict:
+    metric = metric_for(task)
+    static = {w: by_seed(rows, "static", w, seeds) for w in widths}
+    points = {
+        w: {
+            "width": w,
+            "params": statistics.fmean(r["params"] for r in rs),
+            "train_gflops": statistics.fmean(r["train_gflops"] for r in rs),
+            metric.key: estimate([r[metric.key] for r in rs]).to_json(),
+            "sd": statistics.stdev([r[metric.key] for r in rs]),
+        }
+        for w, rs in static.items()
+    }
+    sizes = [points[w]["params"] for w in widths]
+    costs = [points[w]["train_gflops"] for w in widths]
+    means = [points[w][metric.key]["mean"] for w in widths]
+    grown = {}
+    for arm in arms:
+        if arm.name == "static":
+            continue
+        rs = by_seed(rows, arm.name, arm.width, seeds)
+        values = [r[metric.key] for r in rs]
+        mean = statistics.fmean(values)
+        params, gflops = statistics.fmean(r["params"] for r in rs), statistics.fmean(r["train_gflops"] for r in rs)
+        by_size = min(widths, key=lambda w: abs(math.log(points[w]["params"] / params)))
+        by_cost = min(widths, key=lambda w: abs(math.log(points[w]["train_gflops"] / gflops)))
+
+        grown[arm.key] = {
+            "arm": arm.name,
+            "start_width": arm.width,
+            "params": params,
+            "train_gflops": gflops,
+            metric.key: estimate(values).to_json(),
+            "gain_over_front_at_params": metric.gain(mean, interpolate(sizes, means, params)),
+            "gain_over_front_at_train_gflops": metric.gain(mean, interpolate(costs, means, gflops)),
+            "nearest_static_by_params": by_size,
+            "paired_gain_vs_nearest_by_params": paired_gain(metric, values, static[by_size]),
+            "train_gflops_over_nearest_by_params": gflops / points[by_size]["train_gflops"],
+            "nearest_static_by_train_gflops": by_cost,
+            "paired_gain_vs_nearest_by_train_gflops": paired_gain(metric, values, static[by_cost]),
+            "kept": [r["kept"] for r in rs],
+        }
+    return {
+        "task": task.name,
+        "metric": metric.key,
+        "metric_label": metric.label,
+        "seeds": seeds,
+        "static": list(points.values()),
+        "grown": grown,
+    }
+
+
+# --------------------------------------------------------------------------- figure
+def draw(summary: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(12, 5), sharey=True)
+    static, m = summary["static"], summary["metric"]
+    for ax, key, label in ((axes[0], "params", "final parameters"), (axes[1], "train_gflops", "training GFLOPs")):
+        xs = [p[key] for p in static]
+        ys = [p[m]["mean"] for p in static]
+        sds = [p["sd"] for p in static]
+        ax.errorbar(xs, ys, yerr=sds, color="0.3", marker="o", capsize=3, label="static hosts (seed SD)")
+        for p in static:
+            ax.annotate(f"w{p['width']}", (p[key], p[m]["mean"]), fontsize=7, xytext=(3, -10),
+                        textcoords="offset points", color="0.3")  # fmt: skip
+        for i, g in enumerate(summary["grown"].values()):
+            low, high = g[m]["ci95"]
+            mean = g[m]["mean"]
+            err = [[mean - low], [high - mean]] if low is not None else None
+            ax.errorbar([g[key]], [mean], yerr=err, marker="os^Dv<>"[i % 7], capsize=3, linestyle="none",
+                        label=f"{g['arm']} from w{g['start_width']} (95% CI)")  # fmt: skip
+        ax.set_xscale("log")
+        ax.set_xlabel(label + " (log)")
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel(f"{summary['metric_label']} (mean over seeds)")
+    axes[1].legend(fontsize=7, loc="lower right")
+    seeds = summary["seeds"]
+    fig.suptitle(
+        f"{summary['task']}: grown hosts against the static front, seeds {seeds[0]}..{seeds[-1]}. "
+        "A grown point on the better side of the grey front beats a static host of its size (left) "
+        "or of its training compute (right).",
+        fontsize=9,
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+# --------------------------------------------------------------------------- command line
+def parse_widths(text: str) -> list[int]:
+    try:
+        bounds = [int(v) for v in text.split(":")]
+        widths = list(range(*bounds))
+    except (TypeError, ValueError):
+        raise UsageError(f"--widths {text!r}: expected A:B or A:B:STEP, as in Python (4:13)") from None
+    if len(widths) < 2 or widths[0] < 1:
+        raise UsageError(f"--widths {text!r}: a front needs at least two widths >= 1")
+    return widths
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--task", default="shapes", help=f"one of: {' '.join(TASKS)} (default shapes)")
+    parser.add_argument("--seeds", default="200:210", help="A:B, held-out seeds A..B-1 (default 200:210)")
+    parser.add_argument("--widths", help="static sweep A:B[:STEP] (default shapes 4:13, pydoc 32:97:16)")
+    parser.add_argument("--start-widths", type=int, nargs="+", help="growing arms' start widths")
+    parser.add_argument("--arms", nargs="+", help=f"growing arms (default: {' '.join(DEFAULT_ARMS)})")
+    parser.add_argument("--max-epochs", type=int, help="episode length (default: the task's)")
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--out-dir", help="where episodes, JSON and figure go (default benchmarks/results/...)")
+    return parser.parse_args(argv)
+
+
+def resolve(args: argparse.Namespace) -> tuple[TaskSpec, list[Arm], list[int], list[int], int, Path]:
+    """The task, arms, static widths, seeds, epochs and output folder; `UsageError` on bad input."""
+    if args.task not in TASKS:
+        raise UsageError(f"--task {args.task!r}: choose from: {' '.join(TASKS)}")
+    task = get_task(args.task)
+    if (task.name not in DEFAULT_WIDTHS and args.widths is None) or task.needs_data_dir:
+        raise UsageError(f"--task {args.task!r}: the frontier runs on the embedded tasks (shapes, pydoc)")
+    seeds = list(parse_seeds(args.seeds))
+    if len(seeds) < 2:
+        raise UsageError(f"--seeds {args.seeds!r}: a front with its seed spread needs at least 2 seeds")
+    widths = parse_widths(
+        args.widths or DEFAULT_WIDTHS.get(task.name, f"{task.host_width // 2}:{task.host_width * 3 // 2 + 1}")
+    )
+    starts = args.start_widths or (
+        [task.host_width, task.host_width // 2] if task.name == "shapes" else [task.host_width]
+    )
+    names = args.arms or [a for a in DEFAULT_ARMS if not a.startswith("policy:") or a == f"policy:{task.name}"]
+    for name in names:
+        if name not in DEFAULT_ARMS:
+            raise UsageError(f"--arms {name!r}: choose from: {' '.join(DEFAULT_ARMS)}")
+    for w in (*widths, *starts):
+        if w < 1:
+            raise UsageError(f"widths must be >= 1, got {w}")
+    arms = [Arm("static", w) for w in widths] + [Arm(n, s) for s in starts for n in names]
+    epochs = args.max_epochs or task.max_epochs
+    if epochs < 1 or args.workers < 1:
+        raise UsageError(f"--max-epochs and --workers must be >= 1, got {epochs} and {args.workers}")
+    out = Path(args.out_dir) if args.out_dir else RESULTS / f"frontier_{task.name}_seeds{seeds[0]}-{seeds[-1] + 1}"
+    return task, arms, widths, seeds, epochs, out
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        task, arms, widths, seeds, epochs, out = resolve(args)
+    except UsageError as exc:
+        print(f"frontier: error: {exc}", file=sys.stderr)
+        return 2
+    out.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    rows = run_episodes(task, arms, seeds, epochs, args.workers, out)
+    summary = summarise(task, rows, arms, widths, seeds)
+    summary.update(
+        {"max_epochs": epochs, "threads_per_episode": 1, "seconds_this_run": round(time.perf_counter() - start, 1)}
+    )
+    summary.update(torch_build())
+    write_json_atomic(out / "frontier.json", summary)
+    draw(summary, out / "frontier.png")
+    m = summary["metric"]
+    print(f"{'arm@start width':>24}  {m:>18}  {'params':>9}  {'GFLOPs':>8}  gain over the front (size, compute)")
+    for key, g in summary["grown"].items():
+        d = g["paired_gain_vs_nearest_by_params"]
+        print(
+            f"{key:>24}  {g[m]['mean']:>18.3f}  {g['params']:>9,.0f}  {g['train_gflops']:>8,.0f}  "
+            f"{g['gain_over_front_at_params']:+.3f}, {g['gain_over_front_at_train_gflops']:+.3f}; "
+            f"paired vs static w{g['nearest_static_by_params']}: {d['mean']:+.3f} "
+            f"[{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}] on {g['train_gflops_over_nearest_by_params']:.2f}x its FLOPs"
+        )
+    print(f"frontier: {out / 'frontier.json'}, {out / 'frontier.png'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

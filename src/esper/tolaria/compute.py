@@ -1,0 +1,107 @@
+"""Training compute, counted: what an episode spent, so growth is compared with starting bigger
+on cost as well as on size.
+
+Counts are torch's own (`torch.utils.flop_counter.FlopCounterMode`): the analytic FLOPs of the
+matrix products and convolutions of a pass (forward and backward), from their shapes; element-wise
+work (normalisation, activations, the optimizer) is not counted. Each epoch's network is counted
+once, on one sample, and multiplied by the samples it trained on: every count is linear in the
+batch. The counting pass runs on a copy of the model, so the model's BatchNorm statistics,
+gradients and RNG are untouched, and it is the architecture as trained that epoch (a seed in
+TRAINING computes and is counted; its output does not reach the host's). Training (forward and
+backward of host and seeds) and measurement (the calibration and selection passes with every
+counterfactual arm) are counted apart.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Sequence
+
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from esper.kasmina import MorphogeneticModel
+from esper.tolaria.datasets import Batch, TaskData
+from esper.tolaria.passes import VALIDATION_BATCH_SIZE
+from esper.tolaria.tasks import TaskSpec
+from esper.tolaria.training import loss_and_correct
+
+GIGA = 1e9
+
+
+def training_flops_per_sample(model: MorphogeneticModel, sample: Batch) -> int:
+    """FLOPs of one training forward and backward of `model` on one sample."""
+    twin = copy.deepcopy(model).train()
+    x, y = sample
+    with FlopCounterMode(display=False) as counter:
+        loss, _ = loss_and_correct(twin(x), y)
+        loss.backward()
+    return counter.get_total_flops()
+
+
+@torch.no_grad()
+def measurement_flops_per_sample(model: MorphogeneticModel, sample: Batch, ablate: Sequence[str]) -> int:
+    """FLOPs of one measurement forward of `model` on one sample: the model and every ablated arm
+    (each rerun from where its seed joins), as calibration and validation run them."""
+    twin = copy.deepcopy(model).eval()
+    with FlopCounterMode(display=False) as counter:
+        twin.forward_with_ablations(sample[0], tuple(ablate))
+    return counter.get_total_flops()
+
+
+def static_train_gflops(task: TaskSpec, width: int, data: TaskData, epochs: int) -> float:
+    """Training GFLOPs of a whole static run of `task`'s host at `width` on `data`: the host's
+    per-sample count times the samples of `epochs` epochs."""
+    with torch.random.fork_rng(devices=[]):  # the weights do not matter, and the caller's RNG is left be
+        model = MorphogeneticModel(task.build_host(width))
+    sample = next(iter(data.calibration_batches(1)))
+    per_epoch = sum(x.shape[0] for x, _ in data.train_batches(task.batch_size, torch.Generator().manual_seed(0)))
+    return training_flops_per_sample(model, sample) * per_epoch * epochs / GIGA
+
+
+def width_for_train_gflops(task: TaskSpec, data: TaskData, epochs: int, target_gflops: float) -> int:
+    """The static host width whose whole run's training GFLOPs are closest to `target_gflops`
+    (as a ratio), searched upward from width 1."""
+    if not target_gflops > 0:
+        raise ValueError(f"target training GFLOPs must be > 0, got {target_gflops}")
+    best, best_gap, width = 1, math.inf, 1
+    while True:
+        cost = static_train_gflops(task, width, data, epochs)
+        gap = abs(math.log(cost / target_gflops))
+        if gap < best_gap:
+            best, best_gap = width, gap
+        if cost >= target_gflops:
+            return best
+        width += 1
+
+
+class ComputeMeter:
+    """One env's FLOPs over an episode, training and measurement apart."""
+
+    def __init__(self, data: TaskData, device: torch.device) -> None:
+        x, y = next(iter(data.calibration_batches(1)))  # shapes only: FLOPs depend on nothing else
+        self.sample: Batch = (x.to(device), y.to(device))
+        batches = [*data.calibration_batches(VALIDATION_BATCH_SIZE), *data.val_batches(VALIDATION_BATCH_SIZE)]
+        self.measured_samples = sum(x.shape[0] for x, _ in batches)
+        """Samples one measurement reads: the calibration batches, then the selection split."""
+        self.reset()
+
+    def reset(self) -> None:
+        self.train_flops, self.measure_flops = 0, 0
+
+    def add_training_epoch(self, model: MorphogeneticModel, samples: int) -> None:
+        """An epoch trained on `samples` samples (counted even when the governor undoes it: the
+        compute was spent)."""
+        self.train_flops += training_flops_per_sample(model, self.sample) * samples
+
+    def add_measurement(self, model: MorphogeneticModel, ablate: Sequence[str]) -> None:
+        self.measure_flops += measurement_flops_per_sample(model, self.sample, ablate) * self.measured_samples
+
+    @property
+    def train_gflops(self) -> float:
+        return self.train_flops / GIGA
+
+    @property
+    def measure_gflops(self) -> float:
+        return self.measure_flops / GIGA

@@ -1,0 +1,91 @@
+"""benchmarks/frontier.py: the static front, grown points against it, and its refusals."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from conftest import load_benchmark
+from esper.tolaria import get_task
+
+frontier = load_benchmark("frontier")
+
+
+def rows(arm: str, width: int, params: int, gflops: float, accuracies: list[float]) -> list[dict]:
+    return [
+        {"arm": arm, "start_width": width, "seed": seed, "test_accuracy": acc, "test_bits_per_byte": 4.0 - acc / 100,
+         "params": params, "train_gflops": gflops, "kept": []}
+        for seed, acc in enumerate(accuracies)
+    ]  # fmt: skip
+
+
+def test_the_front_interpolates_in_log_size_and_is_flat_beyond_its_ends() -> None:
+    xs, ys = [100.0, 400.0], [50.0, 70.0]
+    assert frontier.interpolate(xs, ys, 200.0) == pytest.approx(60.0)
+    assert frontier.interpolate(xs, ys, 10.0) == 50.0 and frontier.interpolate(xs, ys, 1e6) == 70.0
+
+
+def test_a_grown_point_is_measured_against_the_front_and_paired_with_its_nearest_statics() -> None:
+    task = get_task("shapes")
+    data = (
+        rows("static", 4, 100, 10.0, [50.0, 52.0, 54.0])
+        + rows("static", 8, 400, 40.0, [70.0, 72.0, 74.0])
+        + rows("naive", 4, 200, 15.0, [63.0, 64.0, 65.0])
+    )
+    arms = [frontier.Arm("static", 4), frontier.Arm("static", 8), frontier.Arm("naive", 4)]
+    summary = frontier.summarise(task, data, arms, [4, 8], [0, 1, 2])
+    grown = summary["grown"]["naive@4"]
+    assert grown["gain_over_front_at_params"] == pytest.approx(64.0 - 62.0)  # 200 is halfway in log size
+    front_at_cost = 52.0 + 20.0 * math.log(15 / 10) / math.log(4)
+    assert grown["gain_over_front_at_train_gflops"] == pytest.approx(64.0 - front_at_cost)
+    assert grown["nearest_static_by_params"] == 4  # 200/100 and 400/200: a tie goes to the smaller
+    assert grown["paired_gain_vs_nearest_by_params"]["mean"] == pytest.approx(12.0)
+    assert grown["train_gflops_over_nearest_by_params"] == pytest.approx(1.5)
+    assert [p["width"] for p in summary["static"]] == [4, 8] and summary["static"][0]["sd"] == pytest.approx(2.0)
+
+
+def test_on_text_the_front_is_in_bits_per_byte_and_lower_is_better() -> None:
+    task = get_task("pydoc")
+    data = rows("static", 32, 100, 10.0, [50.0, 52.0]) + rows("static", 64, 400, 40.0, [70.0, 72.0])
+    data += rows("naive", 32, 400, 40.0, [80.0, 82.0])  # more accurate, so fewer bits per byte
+    arms = [frontier.Arm("static", 32), frontier.Arm("static", 64), frontier.Arm("naive", 32)]
+    grown = frontier.summarise(task, data, arms, [32, 64], [0, 1])["grown"]["naive@32"]
+    assert grown["gain_over_front_at_params"] == pytest.approx(0.1)
+    assert grown["paired_gain_vs_nearest_by_params"]["mean"] == pytest.approx(0.1)
+
+
+@pytest.mark.parametrize(
+    ("argv", "fragment"),
+    [
+        (["--task", "bogus"], "'bogus'"),
+        (["--task", "cifar10"], "embedded"),
+        (["--seeds", "3:4"], "at least 2 seeds"),
+        (["--widths", "4"], "at least two widths"),
+        (["--widths", "a:b"], "expected A:B"),
+        (["--arms", "greedy"], "'greedy'"),
+        (["--start-widths", "0"], ">= 1"),
+    ],
+)
+def test_bad_input_is_one_line_with_exit_code_2(argv: list[str], fragment: str, tmp_path: Path, capsys) -> None:
+    out = tmp_path / "out"
+    assert frontier.main([*argv, "--out-dir", str(out)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("frontier: error:") and fragment in err[0]
+    assert not out.exists()
+
+
+def test_a_small_frontier_runs_and_continues_where_it_stopped(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "front"
+    argv = ["--seeds", "0:2", "--widths", "2:4", "--start-widths", "2", "--arms", "naive", "--max-epochs", "1"]
+    assert frontier.main([*argv, "--workers", "2", "--out-dir", str(out)]) == 0
+    summary = json.loads((out / "frontier.json").read_text())
+    assert [p["width"] for p in summary["static"]] == [2, 3] and set(summary["grown"]) == {"naive@2"}
+    assert (out / "frontier.png").stat().st_size > 0
+    lines = (out / "episodes.jsonl").read_text().splitlines()
+    assert len(lines) == 6
+    assert frontier.main([*argv, "--workers", "1", "--out-dir", str(out)]) == 0  # nothing left to run
+    assert (out / "episodes.jsonl").read_text().splitlines() == lines
+    assert "0 to run" in capsys.readouterr().err
