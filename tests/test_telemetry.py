@@ -213,7 +213,8 @@ def test_console_other_events() -> None:
     lines = stream.getvalue().splitlines()
     assert lines[0] == "[episode 0 epoch   5] governor rollback: non-finite loss"
     assert lines[1] == (
-        "[episode 2] done: test_acc 50.13% (val_acc 51.23%), host 18,626 + seeds 1,200 params, 1,234 training GFLOPs, 3.2s"
+        "[episode 2] done: test_acc 50.13% (val_acc 51.23%), host 18,626 + seeds 1,200 params, "
+        "1,234 training GFLOPs, 3.2s"
     )
 
 
