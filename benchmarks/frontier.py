@@ -19,7 +19,9 @@ the static width of the sweep nearest its final size and the one nearest its tra
 
 Episodes run in worker processes of one thread each, through `esper eval`'s own episode path,
 and each is appended to `<out-dir>/episodes.jsonl` as it ends: run the same command again to
-continue a stopped frontier. Writes `<out-dir>/frontier.json` and `<out-dir>/frontier.png`.
+continue a stopped frontier, or with more seeds to extend it (the episodes held are reused).
+Writes `<out-dir>/frontier_seedsA-B.json` and `.png` for the seeds asked for. The default
+`<out-dir>` is `benchmarks/results/frontier_<task>`.
 
 Usage: python benchmarks/frontier.py --task shapes --seeds 200:210 [--workers N]
            [--widths 4:13] [--start-widths 8 4] [--arms heuristic naive ...] [--out-dir DIR]
@@ -36,6 +38,7 @@ import math
 import multiprocessing
 import os
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -109,8 +112,22 @@ def _policy_path(name: str) -> Path:
     return path
 
 
-def row_of(arm: Arm, result: dict[str, Any]) -> dict[str, Any]:
+def code_version() -> str:
+    """The checkout's commit (`-dirty` with uncommitted changes), so episodes of other code in one
+    folder are seen: the summary lists every version its episodes ran."""
+    root = Path(__file__).resolve().parents[1]
+    try:
+        found = subprocess.run(
+            ["git", "describe", "--always", "--dirty"], cwd=root, capture_output=True, text=True, check=True
+        )
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return found.stdout.strip()
+
+
+def row_of(arm: Arm, result: dict[str, Any], version: str) -> dict[str, Any]:
     return {
+        "code": version,
         "arm": arm.name,
         "start_width": arm.width,
         "seed": result["seed"],
@@ -131,11 +148,11 @@ def run_episodes(task: TaskSpec, arms: list[Arm], seeds: list[int], epochs: int,
     done = {(r["arm"], r["start_width"], r["seed"]) for r in rows}
     todo = [(a, s) for a in arms for s in seeds if (a.name, a.width, s) not in done]
     print(f"frontier: {len(rows)} episodes held, {len(todo)} to run, {workers} workers", file=sys.stderr, flush=True)
-    context = multiprocessing.get_context("spawn")
+    context, version = multiprocessing.get_context("spawn"), code_version()
     with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool, log.open("a") as sink:
         futures = {pool.submit(run_one, job(task, arm, seed, epochs)): arm for arm, seed in todo}
         for future in concurrent.futures.as_completed(futures):
-            row = row_of(futures[future], future.result())
+            row = row_of(futures[future], future.result(), version)
             sink.write(json.dumps(row) + "\n")
             sink.flush()
             rows.append(row)
@@ -233,8 +250,10 @@ def summarise(task: TaskSpec, rows: list[dict], arms: list[Arm], widths: list[in
             "paired_gain_vs_nearest_by_train_gflops": paired_gain(metric, values, static[by_cost]),
             "kept": [r["kept"] for r in rs],
         }
+    used = {(r["arm"], r["start_width"], r["seed"]) for a in arms for r in by_seed(rows, a.name, a.width, seeds)}
     return {
         "task": task.name,
+        "code": sorted({r["code"] for r in rows if (r["arm"], r["start_width"], r["seed"]) in used}),
         "metric": metric.key,
         "metric_label": metric.label,
         "seeds": seeds,
@@ -335,7 +354,7 @@ def resolve(args: argparse.Namespace) -> tuple[TaskSpec, list[Arm], list[int], l
     epochs = args.max_epochs or task.max_epochs
     if epochs < 1 or args.workers < 1:
         raise UsageError(f"--max-epochs and --workers must be >= 1, got {epochs} and {args.workers}")
-    out = Path(args.out_dir) if args.out_dir else RESULTS / f"frontier_{task.name}_seeds{seeds[0]}-{seeds[-1] + 1}"
+    out = Path(args.out_dir) if args.out_dir else RESULTS / f"frontier_{task.name}"
     return task, arms, widths, seeds, epochs, out
 
 
@@ -354,8 +373,9 @@ def main(argv: list[str] | None = None) -> int:
         {"max_epochs": epochs, "threads_per_episode": 1, "seconds_this_run": round(time.perf_counter() - start, 1)}
     )
     summary.update(torch_build())
-    write_json_atomic(out / "frontier.json", summary)
-    draw(summary, out / "frontier.png")
+    stem = out / f"frontier_seeds{seeds[0]}-{seeds[-1] + 1}"
+    write_json_atomic(stem.with_suffix(".json"), summary)
+    draw(summary, stem.with_suffix(".png"))
     m = summary["metric"]
     print(f"{'arm@start width':>24}  {m:>18}  {'params':>9}  {'GFLOPs':>8}  gain over the front (size, compute)")
     for key, g in summary["grown"].items():
@@ -366,7 +386,7 @@ def main(argv: list[str] | None = None) -> int:
             f"paired vs static w{g['nearest_static_by_params']}: {d['mean']:+.3f} "
             f"[{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}] on {g['train_gflops_over_nearest_by_params']:.2f}x its FLOPs"
         )
-    print(f"frontier: {out / 'frontier.json'}, {out / 'frontier.png'}")
+    print(f"frontier: {stem.with_suffix('.json')}, {stem.with_suffix('.png')}")
     return 0
 
 

@@ -16,8 +16,8 @@ frontier = load_benchmark("frontier")
 
 def rows(arm: str, width: int, params: int, gflops: float, accuracies: list[float]) -> list[dict]:
     return [
-        {"arm": arm, "start_width": width, "seed": seed, "test_accuracy": acc, "test_bits_per_byte": 4.0 - acc / 100,
-         "params": params, "train_gflops": gflops, "kept": []}
+        {"code": "test", "arm": arm, "start_width": width, "seed": seed, "test_accuracy": acc,
+         "test_bits_per_byte": 4.0 - acc / 100, "params": params, "train_gflops": gflops, "kept": []}
         for seed, acc in enumerate(accuracies)
     ]  # fmt: skip
 
@@ -81,9 +81,9 @@ def test_a_small_frontier_runs_and_continues_where_it_stopped(tmp_path: Path, ca
     out = tmp_path / "front"
     argv = ["--seeds", "0:2", "--widths", "2:4", "--start-widths", "2", "--arms", "naive", "--max-epochs", "1"]
     assert frontier.main([*argv, "--workers", "2", "--out-dir", str(out)]) == 0
-    summary = json.loads((out / "frontier.json").read_text())
+    summary = json.loads((out / "frontier_seeds0-2.json").read_text())
     assert [p["width"] for p in summary["static"]] == [2, 3] and set(summary["grown"]) == {"naive@2"}
-    assert (out / "frontier.png").stat().st_size > 0
+    assert (out / "frontier_seeds0-2.png").stat().st_size > 0
     lines = (out / "episodes.jsonl").read_text().splitlines()
     assert len(lines) == 6
     assert frontier.main([*argv, "--workers", "1", "--out-dir", str(out)]) == 0  # nothing left to run
