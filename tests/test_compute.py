@@ -106,3 +106,26 @@ def test_a_wider_static_host_costs_more() -> None:
     costs = [static_train_gflops(task, w, data, epochs=1) for w in (2, 4, 8)]
     assert costs == sorted(costs) and costs[0] > 0
     assert width_for_train_gflops(task, data, 1, costs[2]) == 8
+
+
+def test_a_network_is_counted_once_per_architecture(monkeypatch) -> None:
+    """Counting passes run when the network's shapes or its seeds' roles change, not every epoch."""
+    from esper.tolaria import compute
+
+    calls = []
+    real = compute.training_flops_per_sample
+    monkeypatch.setattr(compute, "training_flops_per_sample", lambda m, s: calls.append(1) or real(m, s))
+    meter = compute.ComputeMeter(tiny_shapes_data(), torch.device("cpu"))
+    model = cnn()
+    meter.add_training_epoch(model, 10)
+    meter.add_training_epoch(model, 10)
+    assert len(calls) == 1
+    model.slot("mid").germinate("widen_50", "seed-0", BlendSchedule.LINEAR)  # TRAINING: computes, isolated
+    meter.add_training_epoch(model, 10)
+    model.slot("mid").lifecycle.load_state_dict(
+        {"stage": int(SeedStage.PROBATIONARY), "epochs_in_stage": 1, "schedule": 0}
+    )
+    meter.add_training_epoch(model, 10)
+    assert len(calls) == 3
+    per_sample = [real(cnn(), SAMPLE)] * 2
+    assert meter.train_flops > sum(per_sample) * 10

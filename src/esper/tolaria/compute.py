@@ -22,6 +22,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from esper.kasmina import MorphogeneticModel
+from esper.leyline import SeedStage
 from esper.tolaria.datasets import Batch, TaskData
 from esper.tolaria.passes import VALIDATION_BATCH_SIZE
 from esper.tolaria.tasks import TaskSpec
@@ -76,8 +77,21 @@ def width_for_train_gflops(task: TaskSpec, data: TaskData, epochs: int, target_g
         width += 1
 
 
+def architecture_key(model: MorphogeneticModel) -> tuple:
+    """What a pass's FLOPs depend on: every parameter's shape, and how each slot's seed takes
+    part (absent, training in isolation, blended at alpha > 0, or at alpha 0 and skipped)."""
+    roles = tuple(
+        (s.slot_id.name, s.blueprint, "training" if s.stage is SeedStage.TRAINING else s.alpha > 0.0)
+        for s in model.ordered_slots()
+        if s.seed is not None
+    )
+    return tuple(tuple(p.shape) for p in model.parameters()), roles
+
+
 class ComputeMeter:
-    """One env's FLOPs over an episode, training and measurement apart."""
+    """One env's FLOPs over an episode, training and measurement apart. A network's per-sample
+    counts are kept by `architecture_key`: an episode's network changes a few times, so most
+    epochs are counted without a counting pass."""
 
     def __init__(self, data: TaskData, device: torch.device) -> None:
         x, y = next(iter(data.calibration_batches(1)))  # shapes only: FLOPs depend on nothing else
@@ -87,16 +101,24 @@ class ComputeMeter:
         """Samples one measurement reads: the calibration batches, then the selection split."""
         self.reset()
 
+        self._per_sample: dict[tuple, int] = {}
+
     def reset(self) -> None:
         self.train_flops, self.measure_flops = 0, 0
 
     def add_training_epoch(self, model: MorphogeneticModel, samples: int) -> None:
         """An epoch trained on `samples` samples (counted even when the governor undoes it: the
         compute was spent)."""
-        self.train_flops += training_flops_per_sample(model, self.sample) * samples
+        key = ("train", architecture_key(model))
+        if key not in self._per_sample:
+            self._per_sample[key] = training_flops_per_sample(model, self.sample)
+        self.train_flops += self._per_sample[key] * samples
 
     def add_measurement(self, model: MorphogeneticModel, ablate: Sequence[str]) -> None:
-        self.measure_flops += measurement_flops_per_sample(model, self.sample, ablate) * self.measured_samples
+        key = ("measure", architecture_key(model), tuple(ablate))
+        if key not in self._per_sample:
+            self._per_sample[key] = measurement_flops_per_sample(model, self.sample, ablate)
+        self.measure_flops += self._per_sample[key] * self.measured_samples
 
     @property
     def train_gflops(self) -> float:
