@@ -129,3 +129,24 @@ def test_a_network_is_counted_once_per_architecture(monkeypatch) -> None:
     assert len(calls) == 3
     per_sample = [real(cnn(), SAMPLE)] * 2
     assert meter.train_flops > sum(per_sample) * 10
+
+
+@pytest.mark.parametrize("text", [False, True])
+def test_the_measurement_count_is_what_a_measurement_runs(text: bool) -> None:
+    """Against a counter around the env's own measurement: calibration only where the host has
+    BatchNorm (a transformer has none), and every counterfactual arm."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from conftest import tiny_text_task
+
+    env = make_env(tiny_text_task() if text else tiny_shapes_task(), max_epochs=3)
+    env.reset(0)
+    env.model.slot("mid").germinate("widen_50", "seed-0", BlendSchedule.LINEAR)
+    env.model.slot("mid").lifecycle.load_state_dict(
+        {"stage": int(SeedStage.PROBATIONARY), "epochs_in_stage": 1, "schedule": 0}
+    )
+    before = env.compute.measure_flops
+    env.compute.add_measurement(env.model, ("mid",))
+    with FlopCounterMode(display=False) as counter:
+        env.passes.measure(env.model)
+    assert env.compute.measure_flops - before == counter.get_total_flops()

@@ -104,6 +104,8 @@ def test_merged_width_seeds_reload_as_a_plain_host_with_the_episode_test_accurac
         env.step(Decision(LifecycleOp.FOSSILIZE, "mid") if probation else Decision.wait())
     slot = env.model.slot("mid")
     assert slot.stage is SeedStage.FOSSILIZED and slot.seed is None
+    mid = next(s for s in env.signals.slots if s.name == "mid")
+    assert (mid.alpha, mid.param_count, mid.blueprint) == (1.0, slot.param_count(), "widen_50")
     test = env.evaluate_test()
     path = tmp_path / "grown.pt"
     write_torch_atomic(path, env.grown_network({"final_test_accuracy": test.accuracy}))
@@ -118,3 +120,29 @@ def test_merged_width_seeds_reload_as_a_plain_host_with_the_episode_test_accurac
         torch.nn.AdaptiveAvgPool2d, torch.nn.Flatten, torch.nn.Linear,
     }  # fmt: skip
     assert model.slot("mid").param_count() == 9 * 4 * (4 + 8) + 2 * 4
+
+
+def test_a_rollback_of_the_step_that_merged_puts_the_live_seed_back(monkeypatch) -> None:
+    """The governor undoes the FOSSILIZE step whole: the narrower host, the live width seed and
+    its own optimizer come back, and the merge happens again on the next FOSSILIZE."""
+    quick = GateThresholds(
+        min_training_epochs=1, blend_epochs=1, fossilize_min_contribution=-100.0, probation_cull_contribution=-100.0
+    )
+    env = make_env(max_epochs=8, thresholds=quick)
+    env.reset(0)
+    env.step(Decision(LifecycleOp.GERMINATE, "mid", "widen_50"))
+    while not env.model.slot("mid").lifecycle.gate_fossilize(contribution=1.0).passed:
+        env.step(Decision.wait())
+    host_width = env.model.host.segments[1][0].out_channels
+    monkeypatch.setattr(env.governor, "judge", lambda train_loss, val_loss: "forced panic")
+    result = env.step(Decision(LifecycleOp.FOSSILIZE, "mid"))
+    assert result.panic is not None
+    slot = env.model.slot("mid")
+    assert slot.stage is SeedStage.PROBATIONARY and slot.holds_width_seed
+    assert env.model.host.segments[1][0].out_channels == host_width and list(env.optimizers.seeds) == ["mid"]
+    host_params = [id(p) for group in env.optimizers.host.param_groups for p in group["params"]]
+    assert host_params == [id(p) for p in env.model.host_parameters()]
+    monkeypatch.undo()
+    env.step(Decision(LifecycleOp.FOSSILIZE, "mid"))
+    assert slot.seed is None and env.model.host.segments[1][0].out_channels == host_width + 4
+    assert env.optimizers.seeds == {}

@@ -197,7 +197,7 @@ class MorphogeneticModel(nn.Module):
         and return the replaced host parameters for the optimizer to carry
         (`ModelOptimizers.merge_seed`)."""
         s = self.slot(slot)
-        if not s.holds_width_seed or s.stage is not SeedStage.FOSSILIZED:
+        if not s.holds_width_seed or s.stage is not SeedStage.FOSSILIZED or not s.alpha > 0.0:
             raise ValueError(f"slot {slot!r} holds no fossilized width seed to merge")
         segment = self.host.segments[s.slot_id.index]
         assert isinstance(segment, WidenableSegment)  # the slot has a width site only then

@@ -55,11 +55,13 @@ class ModelOptimizers:
 
         The seed's moments are carried, not reset. Adam divides its moments by (1 - beta^t) for its
         own step count t, and the merged tensor steps on with the host's count, so the seed's first
-        and second moments are rescaled by (1 - beta^t_host) / (1 - beta^t_seed): each new entry's
-        bias-corrected moments, and so its next update, are what they were in the seed's AdamW.
-        A seed output weight scaled by alpha in the merge has gradients 1/alpha times the seed's:
-        its moments are divided by alpha and alpha squared. An entry that had no state yet (no
-        gradient) starts at zero moments.
+        and second moments are rescaled by (1 - beta^t_host) / (1 - beta^t_seed): at the merge each
+        new entry's bias-corrected moments, and so its next update, are what they were in the
+        seed's AdamW. (Later updates follow the host's clock: a seed younger than the host would
+        have weighted new gradients a little more. The new entries also take the host's learning
+        rate.) A seed output weight scaled by alpha in the merge has gradients 1/alpha times the
+        seed's: its moments are divided by alpha and alpha squared. An entry that had no state
+        yet (no gradient) starts at zero moments.
         """
         seed_opt = self.seeds.pop(slot)
         beta1, beta2 = self.host.param_groups[0]["betas"]

@@ -51,30 +51,43 @@ def measurement_flops_per_sample(model: MorphogeneticModel, sample: Batch, ablat
     return counter.get_total_flops()
 
 
-def static_train_gflops(task: TaskSpec, width: int, data: TaskData, epochs: int) -> float:
+def epoch_samples(task: TaskSpec, data: TaskData) -> int:
+    """Samples one training epoch of `task` draws from `data`."""
+    return sum(x.shape[0] for x, _ in data.train_batches(task.batch_size, torch.Generator().manual_seed(0)))
+
+
+def static_train_gflops(task: TaskSpec, width: int, data: TaskData, epochs: int, samples: int | None = None) -> float:
     """Training GFLOPs of a whole static run of `task`'s host at `width` on `data`: the host's
-    per-sample count times the samples of `epochs` epochs."""
+    per-sample count times the samples of `epochs` epochs (`samples` per epoch, when known)."""
     with torch.random.fork_rng(devices=[]):  # the weights do not matter, and the caller's RNG is left be
         model = MorphogeneticModel(task.build_host(width))
     sample = next(iter(data.calibration_batches(1)))
-    per_epoch = sum(x.shape[0] for x, _ in data.train_batches(task.batch_size, torch.Generator().manual_seed(0)))
+    per_epoch = epoch_samples(task, data) if samples is None else samples
     return training_flops_per_sample(model, sample) * per_epoch * epochs / GIGA
 
 
 def width_for_train_gflops(task: TaskSpec, data: TaskData, epochs: int, target_gflops: float) -> int:
-    """The static host width whose whole run's training GFLOPs are closest to `target_gflops`
-    (as a ratio), searched upward from width 1."""
+    """The static host width whose whole run's training GFLOPs are nearest `target_gflops` (as a
+    ratio). A run's cost rises with width, so the widths are bisected, from the task's own up."""
     if not target_gflops > 0:
         raise ValueError(f"target training GFLOPs must be > 0, got {target_gflops}")
-    best, best_gap, width = 1, math.inf, 1
-    while True:
-        cost = static_train_gflops(task, width, data, epochs)
-        gap = abs(math.log(cost / target_gflops))
-        if gap < best_gap:
-            best, best_gap = width, gap
-        if cost >= target_gflops:
-            return best
-        width += 1
+    samples = epoch_samples(task, data)
+    costs: dict[int, float] = {}
+
+    def cost(width: int) -> float:
+        if width not in costs:
+            costs[width] = static_train_gflops(task, width, data, epochs, samples)
+        return costs[width]
+
+    high = max(task.host_width, 1)
+    while cost(high) < target_gflops:
+        high *= 2
+    low = 1  # the narrowest width costing at least the target lies in [low, high]
+    while low < high:
+        middle = (low + high) // 2
+        low, high = (middle + 1, high) if cost(middle) < target_gflops else (low, middle)
+    candidates = [w for w in (high - 1, high) if w >= 1]
+    return min(candidates, key=lambda w: abs(math.log(cost(w) / target_gflops)))
 
 
 def architecture_key(model: MorphogeneticModel) -> tuple:
@@ -96,9 +109,9 @@ class ComputeMeter:
     def __init__(self, data: TaskData, device: torch.device) -> None:
         x, y = next(iter(data.calibration_batches(1)))  # shapes only: FLOPs depend on nothing else
         self.sample: Batch = (x.to(device), y.to(device))
-        batches = [*data.calibration_batches(VALIDATION_BATCH_SIZE), *data.val_batches(VALIDATION_BATCH_SIZE)]
-        self.measured_samples = sum(x.shape[0] for x, _ in batches)
-        """Samples one measurement reads: the calibration batches, then the selection split."""
+        self.calibration_samples = sum(x.shape[0] for x, _ in data.calibration_batches(VALIDATION_BATCH_SIZE))
+        """Samples a measurement's BatchNorm calibration reads (a host without BatchNorm needs none)."""
+        self.selection_samples = sum(x.shape[0] for x, _ in data.val_batches(VALIDATION_BATCH_SIZE))
         self.reset()
 
         self._per_sample: dict[tuple, int] = {}
@@ -115,10 +128,12 @@ class ComputeMeter:
         self.train_flops += self._per_sample[key] * samples
 
     def add_measurement(self, model: MorphogeneticModel, ablate: Sequence[str]) -> None:
+        """One selection measurement with the counterfactual arms of `ablate`, calibration included."""
         key = ("measure", architecture_key(model), tuple(ablate))
         if key not in self._per_sample:
             self._per_sample[key] = measurement_flops_per_sample(model, self.sample, ablate)
-        self.measure_flops += self._per_sample[key] * self.measured_samples
+        calibrated = self.calibration_samples if model.batchnorm_layers() else 0
+        self.measure_flops += self._per_sample[key] * (calibrated + self.selection_samples)
 
     @property
     def train_gflops(self) -> float:

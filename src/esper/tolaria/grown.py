@@ -18,8 +18,9 @@ from esper.kasmina import MorphogeneticModel
 from esper.kasmina.model import BatchNormStats
 from esper.tolaria.tasks import get_task
 
-GROWN_FORMAT = "esper-grown-network-1"
-"""Written into every grown-network file, and checked when one is loaded."""
+GROWN_FORMAT = "esper-grown-network-2"
+"""Written into every grown-network file, and checked when one is loaded. Version 2: merged width
+seeds (each widenable segment's width and each slot's `merged_params` in the state dict)."""
 
 
 def grown_payload(

@@ -95,7 +95,7 @@ def slot_signals(
             enabled=s.slot_id.name in enabled_slots,
             stage=s.stage,
             epochs_in_stage=s.lifecycle.epochs_in_stage,
-            alpha=s.alpha if s.seed is not None else 0.0,
+            alpha=s.alpha if s.lifecycle.has_seed else 0.0,  # a merged width seed is in at alpha 1
             blueprint=s.blueprint,
             seed_id=s.seed_id,
             contribution=val.contribution(s.slot_id.name) if s.seed is not None else None,
