@@ -122,6 +122,8 @@ class Retesting:
                         "epochs_on_probation": s.epochs_in_stage,
                         "selection": s.contribution,
                         "retest": retest.contribution(s.name),
+                        "selection_loss": s.loss_contribution,
+                        "retest_loss": retest.loss_contribution(s.name),
                     }
                 )
         return self.inner.decide(signals)
@@ -183,13 +185,46 @@ def agreement(readings: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def keep_cull_auc(readings: list[dict[str, Any]], label: str) -> dict[str, float | int | None]:
+DEAD_ZONE = 0.3
+"""Points: a retest reading this close to zero labels no keep/cull decision (too close to call)."""
+
+
+def keep_cull_auc(readings: list[dict[str, Any]], label: str, dead_zone: float = 0.0) -> dict[str, float | int | None]:
     """A policy's keep/cull AUC (`esper.tamiyo.diagnostics`) over `readings`, each labelled by the
-    sign of its `label` reading ("selection": as `eval` reports it; "retest")."""
+    sign of its `label` reading ("selection": as `eval` reports it; "retest"), leaving out the
+    readings within `dead_zone` points of zero."""
     counts = KeepCullCounts()
     for r in readings:
-        counts.add(r["keep_score"], r[label] > 0)
+        if abs(r[label]) >= dead_zone:
+            counts.add(r["keep_score"], r[label] > 0)
     return counts.to_json()
+
+
+def loss_reading(readings: list[dict[str, Any]]) -> dict[str, Any]:
+    """The loss contribution as a reading beside accuracy, on the readings that carry it. Put in
+    points by the slope of the retest accuracy reading on the retest loss reading (least squares
+    through zero), its spread around the retest is comparable with the accuracy reading's
+    (`selection_minus_retest_sd`); and how well each selection reading predicts the retest
+    accuracy reading (the seed's contribution on ten times the images) is a correlation."""
+    rows = [r for r in readings if r.get("selection_loss") is not None and r.get("retest_loss") is not None]
+    if len(rows) < 3:
+        return {"n": len(rows)}
+    acc = [r["retest"] for r in rows]
+    sel_loss, ret_loss = [r["selection_loss"] for r in rows], [r["retest_loss"] for r in rows]
+    slope = sum(a * b for a, b in zip(acc, ret_loss, strict=True)) / sum(b * b for b in ret_loss)
+    gaps = [slope * (a - b) for a, b in zip(sel_loss, ret_loss, strict=True)]
+    return {
+        "n": len(rows),
+        "points_per_nat": round(slope, 3),
+        "selection_minus_retest_sd_points": round(statistics.stdev(gaps), 4),
+        "accuracy_selection_minus_retest_sd_points": round(
+            statistics.stdev([r["selection"] - r["retest"] for r in rows]), 4
+        ),
+        "correlation_with_retest_accuracy": round(statistics.correlation(sel_loss, acc), 4),
+        "accuracy_reading_correlation_with_retest_accuracy": round(
+            statistics.correlation([r["selection"] for r in rows], acc), 4
+        ),
+    }
 
 
 class BadInput(ValueError):
@@ -204,10 +239,16 @@ def summarise(readings: list[dict[str, Any]]) -> dict[str, Any]:
         by_controller.setdefault(r["controller"], []).append(r)
     out = {}
     for name, rows in by_controller.items():
-        out[name] = {"first_readings": agreement(first_readings(rows)), "all_readings": agreement(rows)}
+        out[name] = {
+            "first_readings": agreement(first_readings(rows)),
+            "all_readings": agreement(rows),
+            "loss_reading_first": loss_reading(first_readings(rows)),
+            "loss_reading_all": loss_reading(rows),
+        }
         if all("keep_score" in r for r in rows):
             out[name]["keep_cull_by_selection_sign"] = keep_cull_auc(rows, "selection")
             out[name]["keep_cull_by_retest_sign"] = keep_cull_auc(rows, "retest")
+            out[name]["keep_cull_by_retest_sign_dead_zone"] = keep_cull_auc(rows, "retest", DEAD_ZONE)
     return out
 
 
@@ -286,7 +327,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     with concurrent.futures.ProcessPoolExecutor(
         args.workers, mp_context=context, initializer=ignore_interrupts
     ) as pool:
-        futures = [pool.submit(replay, job, args.retest_images) for job in episode_jobs(run, growing, None)]
+        futures = [pool.submit(replay, job, args.retest_images) for job in episode_jobs(run, growing, {})]
         for future in concurrent.futures.as_completed(futures):
             e = future.result()
             episodes.append(e)

@@ -152,3 +152,29 @@ def test_a_model_without_batchnorm_needs_no_calibration() -> None:
     stats = validate(model, [(idx, idx)], ())
     assert recalibrate_batchnorm(model, [(idx, idx)], ()) == ArmStatistics({}, {})
     assert 0.0 <= stats.accuracy <= 100.0
+
+
+@pytest.mark.parametrize("blueprint", ["conv_light", "widen_50"])
+def test_the_loss_contribution_is_the_ablated_arm_s_loss_minus_the_model_s(blueprint: str) -> None:
+    """The continuous reading beside accuracy: each arm's mean loss, with its own statistics."""
+    torch.manual_seed(0)
+    model = MorphogeneticModel(CNNHost(width=4))
+    model.slot("mid").germinate(blueprint, "seed-0", BlendSchedule.LINEAR)
+    model.slot("mid").lifecycle.load_state_dict(
+        {"stage": int(SeedStage.PROBATIONARY), "epochs_in_stage": 1, "schedule": 0}
+    )
+    with torch.no_grad():
+        for p in model.slot("mid").seed.parameters():
+            p.copy_(0.1 * torch.randn_like(p))
+    g = torch.Generator().manual_seed(4)
+    batches = [(torch.randn(50, 3, 16, 16, generator=g), torch.randint(0, 10, (50,), generator=g)) for _ in range(3)]
+    stats = validate(model, batches, ("mid",), calibration=batches)
+    arms = recalibrate_batchnorm(model, batches, ("mid",))
+    model.eval()
+    with torch.no_grad():
+        loss = [torch.nn.functional.cross_entropy(model(x, None, arms.model), y) for x, y in batches]
+        arm = {**arms.model, **arms.ablated["mid"]}  # the shared prefix runs with the model's statistics
+        ablated = [torch.nn.functional.cross_entropy(model(x, {"mid": 0.0}, arm), y) for x, y in batches]
+    expected = float(sum(ablated) / 3 - sum(loss) / 3)
+    assert stats.loss_contribution("mid") == pytest.approx(expected, abs=1e-5)
+    assert stats.loss_contribution("early") is None

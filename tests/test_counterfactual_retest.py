@@ -26,7 +26,7 @@ def test_retest_readings_leave_the_episode_as_eval_runs_it(monkeypatch: pytest.M
     monkeypatch.setitem(TASKS, "shapes", plateau_task(tiny_shapes_task()))  # the heuristic grows at once
     module = load_script()
     run = module.eval_run(["heuristic"], "3:4", 12)
-    (job,) = episode_jobs(run, list(run.controllers), None)
+    (job,) = episode_jobs(run, list(run.controllers), {})
     replayed = module.replay(job, 500)
     assert replayed["test_accuracy"] == episode_result(job)["test_accuracy"]
     readings = replayed["readings"]
@@ -35,6 +35,7 @@ def test_retest_readings_leave_the_episode_as_eval_runs_it(monkeypatch: pytest.M
         assert r["controller"] == "heuristic" and r["seed"] == 3 and r["slot"] in ("early", "mid", "late")
         assert -100.0 <= r["retest"] <= 100.0
         assert r["retest"] * 5 == pytest.approx(round(r["retest"] * 5))  # 500 images: steps of 0.2 points
+        assert isinstance(r["selection_loss"], float) and isinstance(r["retest_loss"], float)
 
 
 def test_agreement_counts_signs_and_spread() -> None:
@@ -73,6 +74,31 @@ def test_keep_cull_auc_is_the_diagnostic_s_under_either_label() -> None:
     module = load_script()
     assert module.keep_cull_auc(rows, "selection") == {"auc": 1.0, "helpful": 2, "harmful": 1}
     assert module.keep_cull_auc(rows, "retest") == {"auc": 0.0, "helpful": 2, "harmful": 1}
+
+
+def test_the_dead_zone_leaves_out_readings_too_close_to_call() -> None:
+    rows = [
+        {**reading(0, -0.2, 0.1), "keep_score": -0.5},  # retest within 0.3 of zero: no label
+        {**reading(0, 0.4, 0.5), "keep_score": 0.0},
+        {**reading(1, 0.6, -0.4), "keep_score": 0.9},
+    ]
+    assert load_script().keep_cull_auc(rows, "retest", 0.3) == {"auc": 0.0, "helpful": 1, "harmful": 1}
+
+
+def test_the_loss_reading_is_put_in_points_and_compared_with_the_accuracy_reading() -> None:
+    """Retest accuracy is exactly 2 points per nat of retest loss here, so the slope is 2 and a
+    selection loss reading 0.1 nat off reads 0.2 points off."""
+    rows = [
+        {**reading(0, 0.5, 1.0), "selection_loss": 0.6, "retest_loss": 0.5},
+        {**reading(0, -0.5, 0.0), "selection_loss": 0.1, "retest_loss": 0.0},
+        {**reading(0, 1.5, 2.0), "selection_loss": 0.9, "retest_loss": 1.0},
+        {**reading(0, 0.0, 0.4), "selection_loss": 0.3, "retest_loss": 0.2},
+    ]
+    out = load_script().loss_reading(rows)
+    assert out["n"] == 4 and out["points_per_nat"] == pytest.approx(2.0)
+    assert out["selection_minus_retest_sd_points"] == pytest.approx(0.2)  # gaps of 0.2, 0.2, -0.2, 0.2 points
+    assert out["accuracy_selection_minus_retest_sd_points"] == pytest.approx(0.05)  # -0.5, -0.5, -0.5, -0.4
+    assert load_script().loss_reading(rows[:2]) == {"n": 2}
 
 
 def test_pool_summarises_runs_on_disjoint_seeds_and_refuses_a_shared_seed(tmp_path, capsys) -> None:
@@ -135,7 +161,7 @@ def test_a_policy_s_replay_keeps_its_episode_and_joins_its_keep_scores(workdir, 
     checkpoint = sorted(Path("run/checkpoints").glob("round-*.pt"))[-1]
     module = load_script()
     run = module.eval_run([f"policy:{checkpoint}"], "20:21", 12)
-    (job,) = episode_jobs(run, list(run.controllers), None)
+    (job,) = episode_jobs(run, list(run.controllers), {})
     replayed, played = module.replay(job, 500), episode_result(job)
     assert replayed["test_accuracy"] == played["test_accuracy"]
     recorded = played["diagnostics"]["keep_cull_decisions"]

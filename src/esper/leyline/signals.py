@@ -27,6 +27,10 @@ class SlotSignals:
     grad_norm: float | None
     """The seed's mean gradient norm over the epoch; None when it received no gradient."""
     param_count: int
+    loss_contribution: float | None = None
+    """Validation loss with the seed's alpha forced to 0 minus with the seed (nats; positive: it
+    helps); None unless blended. Continuous, so less noisy per image than `contribution`; no gate
+    or controller reads it yet (`benchmarks/counterfactual_retest.py` measures its precision)."""
 
     @property
     def grad_vanishing(self) -> bool:

@@ -101,6 +101,7 @@ def slot_signals(
             contribution=val.contribution(s.slot_id.name) if s.seed is not None else None,
             grad_norm=grad_norms.get(s.slot_id.name) if s.seed is not None else None,
             param_count=s.param_count(),
+            loss_contribution=val.loss_contribution(s.slot_id.name) if s.seed is not None else None,
         )
         for s in model.ordered_slots()
     )

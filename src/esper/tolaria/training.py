@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -61,10 +61,19 @@ class ValidationStats:
     accuracy: float  # percentage points
     ablated_accuracy: dict[str, float]
     """Accuracy with each blended slot's alpha forced to 0, by slot."""
+    ablated_loss: dict[str, float] = field(default_factory=dict)
+    """Mean loss with each blended slot's alpha forced to 0, by slot."""
 
     def contribution(self, slot: str) -> float | None:
+        """Accuracy with the seed minus without it, in points: what the gates read."""
         ablated = self.ablated_accuracy.get(slot)
         return None if ablated is None else self.accuracy - ablated
+
+    def loss_contribution(self, slot: str) -> float | None:
+        """Loss without the seed minus with it (positive: the seed helps). A continuous reading:
+        every image moves it, where accuracy moves only with the images whose answer flips."""
+        ablated = self.ablated_loss.get(slot)
+        return None if ablated is None else ablated - self.loss
 
 
 def seed_gradient_norm(seed: nn.Module) -> torch.Tensor:
@@ -278,20 +287,24 @@ def validate(
         stats = recalibrate_batchnorm(model, calibration, ablate, amp)
     model.eval()
     device = next(model.parameters()).device
-    sums = torch.zeros(2 + len(ablate), device=device)  # loss * n, correct, correct per ablation
+    k = len(ablate)
+    sums = torch.zeros(2 + 2 * k, device=device)  # loss * n, correct, then correct and loss * n per ablation
     n_items = 0
     for x, y in _nonempty(batches, "validation"):
         with autocast(amp, x.device):
             logits, ablated = model.forward_with_ablations(x, ablate, stats.model, stats.ablated)
         loss, correct = loss_and_correct(logits, y)
-        ablated_correct = [loss_and_correct(ablated[name], y)[1] for name in ablate]
-        sums += torch.stack([loss * y.numel(), correct, *ablated_correct]).float()
+        arms = [loss_and_correct(ablated[name], y) for name in ablate]
+        ablated_correct = [c.float() for _, c in arms]
+        ablated_loss = [arm_loss * y.numel() for arm_loss, _ in arms]
+        sums += torch.stack([loss * y.numel(), correct.float(), *ablated_correct, *ablated_loss]).float()
         n_items += y.numel()
     values = sums.tolist()  # the one sync of the pass
     return ValidationStats(
         loss=values[0] / n_items,
         accuracy=100.0 * values[1] / n_items,
-        ablated_accuracy={name: 100.0 * v / n_items for name, v in zip(ablate, values[2:], strict=True)},
+        ablated_accuracy={name: 100.0 * v / n_items for name, v in zip(ablate, values[2 : 2 + k], strict=True)},
+        ablated_loss={name: v / n_items for name, v in zip(ablate, values[2 + k :], strict=True)},
     )
 
 
