@@ -55,6 +55,15 @@ def test_a_grown_network_reloads_with_the_test_accuracy_of_its_episode(tmp_path:
     assert read_grown(path)["record"]["final_test_accuracy"] == test.accuracy
 
 
+def test_a_network_with_residual_seeds_is_no_plain_host(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setitem(TASKS, "shapes", tiny_shapes_task())
+    env = grow_one_episode({0: "early"})
+    path = tmp_path / "grown.pt"
+    write_torch_atomic(path, env.grown_network({}))
+    with pytest.raises(ValueError, match=r"holds seed modules a plain host cannot: early \(conv_light\)"):
+        esper.load_grown(path, plain=True)
+
+
 def test_the_file_holds_the_statistics_the_test_used_not_the_running_average(tmp_path: Path, monkeypatch) -> None:
     """Without the recalibrated BatchNorm statistics the reloaded accuracy would differ: the
     saved buffers are not the module's running averages."""
@@ -112,9 +121,10 @@ def test_merged_width_seeds_reload_as_a_plain_host_with_the_episode_test_accurac
 
     model = esper.load_grown(path)
     assert plain_test_accuracy(model) == test.accuracy
-    assert plain_test_accuracy(model.host) == test.accuracy  # the host alone: nothing else is left
+    host = esper.load_grown(path, plain=True)
+    assert plain_test_accuracy(host) == test.accuracy  # the host alone: nothing else is left
     assert model.host.segments[1][0].out_channels == 8 + 4  # width 4 host: mid's pair had 8 hidden units
-    leaves = [m for m in model.host.modules() if not list(m.children())]
+    leaves = [m for m in host.modules() if not list(m.children())]
     assert {type(m) for m in leaves} <= {
         torch.nn.Conv2d, torch.nn.BatchNorm2d, torch.nn.ReLU, torch.nn.MaxPool2d,
         torch.nn.AdaptiveAvgPool2d, torch.nn.Flatten, torch.nn.Linear,

@@ -69,16 +69,28 @@ def read_grown(path: str | Path) -> dict[str, Any]:
     return payload
 
 
-def load_grown(path: str | Path, device: str | torch.device = "cpu") -> MorphogeneticModel:
+def load_grown(path: str | Path, device: str | torch.device = "cpu", plain: bool = False) -> torch.nn.Module:
     """The grown network in `path`, rebuilt and in eval mode, for inference.
 
     Its plain forward (`model(x)` under `torch.no_grad()`) gives the test accuracy the run
     recorded, exactly, on the device and precision the run used (a run with `--amp` measured under
     autocast; run the loaded model under the same `torch.autocast` to reproduce it). The
     lifecycle travels with it but nothing drives it: no seed changes stage after loading.
+
+    With `plain`, the host network alone (`model.host`): standard layers only, wider where width
+    seeds merged into it, the same as a static host of those widths. A network that still holds a
+    residual seed module (which a plain host has no place for) is then a `ValueError` naming it.
     """
     payload = read_grown(path)
     task = get_task(payload["task"])
     model = MorphogeneticModel(task.build_host(payload["host_width"]))
     model.load_state_dict(payload["state_dict"])
-    return model.to(torch.device(device)).eval()
+    model = model.to(torch.device(device)).eval()
+    if not plain:
+        return model
+    held = [f"{s.slot_id.name} ({s.blueprint})" for s in model.ordered_slots() if s.seed is not None]
+    if held:
+        raise ValueError(
+            f"{str(path)!r} holds seed modules a plain host cannot: {', '.join(held)}; load it without plain"
+        )
+    return model.host
