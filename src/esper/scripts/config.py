@@ -216,7 +216,11 @@ def add_command(
     parser.add_argument("--max-epochs", type=int, help="host epochs per episode (default: the task's)")
     parser.add_argument("--slots", nargs="+", help="slots the controller may use (default: all of the host's)")
     parser.add_argument("--max-germinations", type=int, help="most germinations per episode; 0: none (default 6)")
-    parser.add_argument("--blueprints", nargs="+", help="blueprints the controller may choose (default: all)")
+    parser.add_argument(
+        "--blueprints",
+        nargs="+",
+        help="blueprints the controller may choose (default: the residual ones; width ones by name: widen_50 ...)",
+    )
     if one_seed:
         parser.add_argument(
             "--seed", type=int, help="random seed of the run; episode e trains with seed S + e (default 0)"
