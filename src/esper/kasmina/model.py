@@ -12,7 +12,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 from esper.kasmina.hosts import Host
 from esper.kasmina.optimizers import ModelOptimizers
 from esper.kasmina.slot import SeedSlot
-from esper.kasmina.width import ParamMerge, WidenableSegment
+from esper.kasmina.width import ParamMerge, WidenableSegment, Widening
 from esper.leyline import GateThresholds, SeedStage, SlotId
 
 SEGMENTS = "host.segments"
@@ -145,7 +145,9 @@ class MorphogeneticModel(nn.Module):
             h = self._part(f"{SEGMENTS}.{index}", segments[index], parts, h, **extra)
         return h
 
-    def _widening(self, index: int, overrides: Mapping[str, float], parts: Mapping[str, dict[str, torch.Tensor]]):
+    def _widening(
+        self, index: int, overrides: Mapping[str, float], parts: Mapping[str, dict[str, torch.Tensor]]
+    ) -> Widening | None:
         """The width seed of slot `index` as its segment's widening (None without one), with the
         seed's own BatchNorm statistics from `parts`, if given."""
         name = self.slot_ids[index].name
