@@ -96,3 +96,29 @@ def test_a_fresh_start_in_place_drops_the_telemetry_of_a_start_that_saved_nothin
 
 def test_resume_last_needs_a_run_directory(workdir: Path, capsys) -> None:
     check_usage_error(capsys, ["ppo", "--resume", "last"], "--resume last needs --run-dir")
+
+
+@pytest.mark.parametrize(
+    ("files", "named"),
+    [
+        # a finished `heuristic` run: its config records no PPO settings
+        (
+            {"config.json": '{"settings": {"controller": "heuristic"}, "knobs": {}}', "events.jsonl": "{}\n"},
+            "config.json",
+        ),
+        ({"summary.json": "{}", "events.jsonl": "{}\n", "config.json": "{}"}, "summary.json"),
+        ({"eval.json": "{}", "config.json": "{}"}, "eval.json"),
+    ],
+)
+def test_resume_last_never_restarts_over_another_run(
+    tiny_tasks, workdir: Path, tmp_path: Path, capsys, files: dict[str, str], named: str
+) -> None:
+    """No checkpoint used to mean "start fresh in place", whoever's folder it was: a finished
+    heuristic run lost its config, summary and 40 epochs of events to a new PPO run."""
+    run_dir = tmp_path / "other"
+    run_dir.mkdir()
+    for name, text in files.items():
+        (run_dir / name).write_text(text)
+    argv = ["ppo", "--episodes", "2", *TINY, "--resume", "last", "--run-dir", str(run_dir)]
+    check_usage_error(capsys, argv, "holds no ppo checkpoint to continue", named, "new --run-dir")
+    assert {p.name: p.read_text() for p in run_dir.iterdir()} == files

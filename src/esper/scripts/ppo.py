@@ -246,6 +246,8 @@ def resolve_ppo(args: argparse.Namespace, rest: Sequence[str] = (), ctx: DistCon
             raise UsageError(str(exc)) from None
     set_aside = tuple(path for path, _ in skipped)
     restart_in_place = folder is not None and resume is None
+    if restart_in_place:
+        check_restartable(folder)  # type: ignore[arg-type]
     if folder is not None:  # a run directory resumed (or started) in place
         run_dir = folder
         if resume is not None:
@@ -363,6 +365,31 @@ def resolve_resume_path(
     for _, reason in skipped:
         print(f"esper: warning: {reason}; resuming from the checkpoint before it", file=sys.stderr)
     return latest, skipped, folder
+
+
+FOREIGN_RUN_FILES = ("summary.json", "eval.json", "episodes.jsonl", "episodes", "grown")
+"""Files a PPO run that never reached its first checkpoint does not hold: a finished run's, or
+another command's (`heuristic`, `grow`, `eval`)."""
+
+
+def check_restartable(folder: Path) -> None:
+    """`--resume last` found no checkpoint in `folder`, so the run starts fresh there, which
+    drops the telemetry of an earlier start. Only a PPO run that never reached a checkpoint may
+    be restarted so; any other run in the folder is refused, with nothing written."""
+    foreign = [name for name in FOREIGN_RUN_FILES if (folder / name).exists()]
+    config = folder / "config.json"
+    if not foreign and config.is_file():
+        try:
+            settings = json.loads(config.read_text(encoding="utf-8")).get("settings", {})
+        except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+            settings = {}
+        if "clone_episodes" not in settings:
+            foreign = ["config.json"]
+    if foreign:
+        raise UsageError(
+            f"--resume last: {str(folder)!r} holds no ppo checkpoint to continue, but a run that a fresh start "
+            f"would overwrite ({', '.join(foreign)}); choose a new --run-dir"
+        )
 
 
 def check_not_finished(folder: Path | None, resume: dict[str, Any] | None, episodes: int) -> None:
