@@ -5,9 +5,9 @@ for its training compute. Growing arms start from a host on (or below) that fron
 
 - `heuristic`: the task's tuned heuristic with the residual blueprints (its default);
 - `heuristic+width`: the same knobs with the width blueprints first in its rotation
-  (`widen_100`, `widen_50`), then the residual ones;
-- `naive`: naive growth, `widen_100` germinated once in every slot from epoch 5, kept wherever
-  the gates pass it (no controller);
+  (`widen_25`, `widen_50`), then the residual ones;
+- `naive`: naive growth, `widen_25` germinated once in every slot from epoch 5, kept wherever
+  the gates pass it (no controller); `naive:BLUEPRINT@EPOCH` names another blueprint or epoch;
 - `policy:shapes`: the shipped learned controller (on `shapes`).
 
 Each growing arm runs from every start width given (`--start-widths`; by default the task's
@@ -51,14 +51,14 @@ from esper.karn.rundir import read_jsonl
 from esper.kasmina import Topology
 from esper.scripts.common import UsageError, torch_build
 from esper.scripts.config import HostTraining
-from esper.scripts.evaluate import ControllerSpec, EpisodeJob, parse_seeds, run_one
+from esper.scripts.evaluate import ControllerSpec, EpisodeJob, naive_schedule, parse_seeds, run_one
 from esper.scripts.train import DEFAULT_MAX_GERMINATIONS
 from esper.tamiyo import PREFERRED_BLUEPRINTS, trained_policy_path, tuned_heuristic
 from esper.tolaria import TASKS, EnvConfig, TaskSpec, get_task
 
 RESULTS = Path(__file__).parent / "results"
-WIDTH_FIRST = ("widen_100", "widen_50")
-NAIVE = "naive:widen_100@5"
+WIDTH_FIRST = ("widen_25", "widen_50")
+NAIVE = "naive:widen_25@5"
 DEFAULT_WIDTHS = {"shapes": "4:13", "pydoc": "32:97:16"}
 """Static sweeps: shapes widths 4 to 12 (the default 8, half of it 4); pydoc d_model 32 to 96."""
 DEFAULT_ARMS = ("heuristic", "heuristic+width", "naive", "policy:shapes")
@@ -88,8 +88,9 @@ def job(task: TaskSpec, arm: Arm, seed: int, epochs: int) -> EpisodeJob:
         residual = heuristic.blueprint_order or PREFERRED_BLUEPRINTS[task.topology]
         heuristic = dataclasses.replace(heuristic, blueprint_order=(*WIDTH_FIRST, *residual))
         blueprints = heuristic.blueprint_order
-    elif arm.name == "naive":
-        spec = ControllerSpec(NAIVE, "naive", NAIVE.partition(":")[2])
+    elif arm.name.partition(":")[0] == "naive":
+        name = NAIVE if arm.name == "naive" else arm.name
+        spec = ControllerSpec(name, "naive", name.partition(":")[2])
     elif arm.name.startswith("policy:"):
         spec = ControllerSpec(arm.name, "policy", str(_policy_path(arm.name)))
     env = EnvConfig(
@@ -345,8 +346,10 @@ def resolve(args: argparse.Namespace) -> tuple[TaskSpec, list[Arm], list[int], l
     )
     names = args.arms or [a for a in DEFAULT_ARMS if not a.startswith("policy:") or a == f"policy:{task.name}"]
     for name in names:
-        if name not in DEFAULT_ARMS:
-            raise UsageError(f"--arms {name!r}: choose from: {' '.join(DEFAULT_ARMS)}")
+        if name not in DEFAULT_ARMS and not name.startswith("naive:"):
+            raise UsageError(f"--arms {name!r}: choose from: {' '.join(DEFAULT_ARMS)} naive:BLUEPRINT@EPOCH")
+        if name.startswith("naive:"):
+            naive_schedule(name, name.partition(":")[2])
     for w in (*widths, *starts):
         if w < 1:
             raise UsageError(f"widths must be >= 1, got {w}")

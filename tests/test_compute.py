@@ -48,7 +48,9 @@ def test_a_static_host_forward_is_the_hand_count() -> None:
 
 @pytest.mark.parametrize(("blueprint", "units"), [("widen_25", 2), ("widen_50", 4), ("widen_100", 8)])
 def test_a_width_seed_adds_its_hand_count(blueprint: str, units: int) -> None:
-    """mid's pair: 4 channels in, 8 hidden, 8 out, at 8x8. The seed adds conv 4 -> k and k -> 8."""
+    """mid's block: 4 channels in, 8 hidden, 8 out, at 8x8, then block 2's first conv (8 -> 16)
+    at 4x4. The seed adds convs 4 -> k and k -> 8 (its hidden channels), 8 + k -> k (its output
+    channels), and k -> 16 into block 2."""
     model = cnn()
     before = measurement_flops_per_sample(model, SAMPLE, ())
     model.slot("mid").germinate(blueprint, "seed-0", BlendSchedule.LINEAR)
@@ -56,7 +58,8 @@ def test_a_width_seed_adds_its_hand_count(blueprint: str, units: int) -> None:
         {"stage": int(SeedStage.PROBATIONARY), "epochs_in_stage": 1, "schedule": 0}
     )
     added = measurement_flops_per_sample(model, SAMPLE, ()) - before
-    assert added == conv_flops(4, units, 8) + conv_flops(units, 8, 8)
+    hidden = conv_flops(4, units, 8) + conv_flops(units, 8, 8)
+    assert added == hidden + conv_flops(8 + units, units, 8) + conv_flops(units, 16, 4)
 
 
 def test_the_counterfactual_arm_of_a_width_seed_reruns_from_its_segment() -> None:

@@ -123,13 +123,16 @@ def test_merged_width_seeds_reload_as_a_plain_host_with_the_episode_test_accurac
     assert plain_test_accuracy(model) == test.accuracy
     host = esper.load_grown(path, plain=True)
     assert plain_test_accuracy(host) == test.accuracy  # the host alone: nothing else is left
-    assert model.host.segments[1][0].out_channels == 8 + 4  # width 4 host: mid's pair had 8 hidden units
+    # width 4 host: mid's block had 8 hidden and 8 output channels; the late block reads the 4 new ones
+    assert model.host.segments[1][0].out_channels == model.host.segments[1][3].out_channels == 8 + 4
+    assert model.host.segments[2][0].in_channels == 8 + 4
     leaves = [m for m in host.modules() if not list(m.children())]
     assert {type(m) for m in leaves} <= {
         torch.nn.Conv2d, torch.nn.BatchNorm2d, torch.nn.ReLU, torch.nn.MaxPool2d,
         torch.nn.AdaptiveAvgPool2d, torch.nn.Flatten, torch.nn.Linear,
     }  # fmt: skip
-    assert model.slot("mid").param_count() == 9 * 4 * (4 + 8) + 2 * 4
+    # conv_in 4 -> 4, conv_out 4 -> 8, conv_new 8 + 4 -> 4, two BatchNorms, next_in 4 -> 16
+    assert model.slot("mid").param_count() == 9 * 4 * (4 + 8 + 8 + 4) + 4 * 4 + 9 * 4 * 16
 
 
 def test_a_rollback_of_the_step_that_merged_puts_the_live_seed_back(monkeypatch) -> None:

@@ -4,6 +4,7 @@ merge into the host's own tensors (outputs and optimizer state carried) when fos
 from __future__ import annotations
 
 import copy
+import itertools
 
 import pytest
 import torch
@@ -48,12 +49,13 @@ def put_in_stage(model: MorphogeneticModel, slot: str, stage: SeedStage) -> None
 
 
 def live_output_layer(model: MorphogeneticModel, slot: str) -> None:
-    """Give a width seed's zero-initialised output layer values, as training would."""
+    """Give a width seed's zero-initialised outgoing layers values, as training would."""
     seed = model.slot(slot).seed
     assert seed is not None
-    out = seed.conv_out if hasattr(seed, "conv_out") else seed.proj
+    outgoing = (seed.conv_out, seed.next_in) if hasattr(seed, "conv_out") else (seed.proj,)
     with torch.no_grad():
-        out.weight.copy_(0.1 * torch.randn_like(out.weight))
+        for layer in outgoing:
+            layer.weight.copy_(0.1 * torch.randn_like(layer.weight))
 
 
 # --------------------------------------------------------------------------- germination
@@ -87,7 +89,9 @@ def test_the_new_units_learn_from_the_first_step() -> None:
     seed = model.slot("mid").seed
     F.cross_entropy(model.train()(x), torch.arange(8) % 10).backward()
     assert seed.conv_out.weight.grad.abs().sum() > 0
-    assert seed.conv_in.weight.grad.abs().sum() == 0  # nothing flows back through a zero layer yet
+    assert seed.next_in.weight.grad.abs().sum() > 0
+    # nothing flows back through a zero layer yet
+    assert seed.conv_in.weight.grad.abs().sum() == 0 and seed.conv_new.weight.grad.abs().sum() == 0
 
 
 def test_in_training_the_width_seed_is_isolated_from_the_host() -> None:
@@ -108,10 +112,16 @@ def test_in_training_the_width_seed_is_isolated_from_the_host() -> None:
 @pytest.mark.parametrize(
     ("topology", "blueprint", "site", "hand_count"),
     [
-        # k = 2: conv_in 2*3*9 + BatchNorm 2*2 + conv_out 4*2*9
-        (Topology.CNN, "widen_50", WidthSite(3, 4, 4), 54 + 4 + 72),
-        # k = 16: conv_in 16*8*9 + BatchNorm 2*16 + conv_out 16*16*9
-        (Topology.CNN, "widen_100", WidthSite(8, 16, 16), 1152 + 32 + 2304),
+        # k = 2: conv_in 2*3*9 + BatchNorm 2*2 + conv_out 4*2*9 + conv_new 2*(4+2)*9 + BatchNorm 2*2
+        # + next_in (the next block's 3x3 convolution, 8 outputs) 8*2*9
+        (Topology.CNN, "widen_50", WidthSite(3, 4, 4, next_dim=8), 54 + 4 + 72 + 108 + 4 + 144),
+        # k = 16: conv_in 16*8*9 + 32 + conv_out 16*16*9 + conv_new 16*32*9 + 32 + the classifier's 10*16
+        (
+            Topology.CNN,
+            "widen_100",
+            WidthSite(8, 16, 16, next_dim=10, next_is_conv=False),
+            1152 + 32 + 2304 + 4608 + 32 + 160,
+        ),
         # k = 32: fc 32*32 + 32 bias, proj 32*32
         (Topology.TRANSFORMER, "widen_25", WidthSite(32, 128, 32), 1024 + 32 + 1024),
     ],
@@ -122,11 +132,19 @@ def test_parameter_counts_equal_hand_counts(topology, blueprint, site, hand_coun
     assert sum(p.numel() for p in bp.build(site).parameters()) == hand_count
 
 
-@given(hidden=st.integers(1, 64), fraction_name=st.sampled_from(WIDTH), in_dim=st.integers(1, 16))
+@given(
+    hidden=st.integers(1, 64),
+    fraction_name=st.sampled_from(WIDTH),
+    in_dim=st.integers(1, 16),
+    next_dim=st.integers(1, 32),
+    next_is_conv=st.booleans(),
+)
 @settings(max_examples=40, deadline=None)
-def test_a_width_blueprint_counts_what_it_builds(hidden: int, fraction_name: str, in_dim: int) -> None:
+def test_a_width_blueprint_counts_what_it_builds(
+    hidden: int, fraction_name: str, in_dim: int, next_dim: int, next_is_conv: bool
+) -> None:
     bp = get_blueprint(Topology.CNN, fraction_name)
-    site = WidthSite(in_dim, hidden, hidden)
+    site = WidthSite(in_dim, hidden, hidden, next_dim=next_dim, next_is_conv=next_is_conv)
     if round(bp.fraction * hidden) < 1:
         with pytest.raises(ValueError, match="less than one unit"):
             bp.param_count(site)
@@ -178,6 +196,54 @@ def test_the_merge_leaves_outputs_equal_and_the_host_plain(slot: str, blueprint:
     assert (model.host_param_count(), model.slot(slot).param_count()) == (host_params, seed_params)
     assert sum(p.numel() for p in model.host.parameters()) == host_params + seed_params
     assert all(isinstance(m, STANDARD_LAYERS) for m in model.host.modules() if not list(m.children()))
+
+
+def grow_every_block(blueprint: str) -> MorphogeneticModel:
+    """A width-8 host with a trained-looking width seed of `blueprint` in every slot, fossilized."""
+    model = cnn_model(width=8)
+    for slot in ("early", "mid", "late"):
+        model.slot(slot).germinate(blueprint, f"seed-{slot}", BlendSchedule.LINEAR)
+        live_output_layer(model, slot)
+        put_in_stage(model, slot, SeedStage.PROBATIONARY)
+    model.train()(images(32, seed=5))
+    for slot in ("early", "mid", "late"):
+        model.slot(slot).fossilize(contribution=1.0)
+    return model
+
+
+@pytest.mark.parametrize("order", list(itertools.permutations(("early", "mid", "late"))))
+def test_merging_every_block_in_any_order_gives_the_static_wider_host(order: tuple[str, ...]) -> None:
+    """Each merge widens a layer a neighbour's seed reads or feeds: the neighbour keeps working
+    on the channels it was built on, and its own merge pads it with zeros. Grown by a quarter
+    everywhere, the host has exactly the layers of a static host of width 10."""
+    model, x = grow_every_block("widen_25"), images()
+    before = model.eval()(x)
+    for slot in order:
+        model.merge_width_seed(slot)
+        torch.testing.assert_close(model.eval()(x), before, rtol=0, atol=1e-5)
+    static = CNNHost(width=10, depth=3)
+    assert [p.shape for p in model.host.parameters()] == [p.shape for p in static.parameters()]
+    assert sum(model.slot(s).param_count() for s in order) + model.host_param_count() == sum(
+        p.numel() for p in static.parameters()
+    )
+
+
+def test_a_seed_germinated_after_its_neighbour_merged_reads_the_wider_stream() -> None:
+    model, x = cnn_model(width=8), images()
+    for slot in ("early", "mid"):
+        model.slot(slot).germinate("widen_50", f"seed-{slot}", BlendSchedule.LINEAR)
+        live_output_layer(model, slot)
+        put_in_stage(model, slot, SeedStage.PROBATIONARY)
+        model.slot(slot).fossilize(contribution=1.0)
+        if slot == "early":
+            model.merge_width_seed("early")
+    assert model.slot("mid").seed.conv_in.in_channels == 12
+    live_output_layer(model, "mid")
+    put_in_stage(model, "mid", SeedStage.PROBATIONARY)
+    model.slot("mid").fossilize(contribution=1.0)
+    before = model.eval()(x)
+    model.merge_width_seed("mid")
+    torch.testing.assert_close(model.eval()(x), before, rtol=0, atol=1e-5)
 
 
 def test_the_transformer_merge_leaves_outputs_equal() -> None:
@@ -240,6 +306,32 @@ def test_the_merge_carries_the_optimizer_state() -> None:
     train_steps(unmerged, unmerged_opts, 2, seed=20)
     x = images()
     torch.testing.assert_close(model.eval()(x), unmerged.eval()(x), rtol=0, atol=1e-5)
+
+
+def test_merges_next_to_each_other_carry_the_optimizer_state() -> None:
+    """Block 1's first convolution gathers the host's moments, the `mid` seed's rows, the
+    `early` seed's columns (its new channels' inflow) and, where the two seeds never met, zeros:
+    weights that are zero and start with zero moments, free to learn from the next step on."""
+    model = grow_every_block("widen_50")  # early adds 4 channels, mid 8
+    optimizers = ModelOptimizers(model.host_parameters(), torch.device("cpu"), 1e-2, 1e-2, 1e-4)
+    for slot in ("early", "mid", "late"):
+        optimizers.add_seed(slot, model.slot(slot).seed.parameters())
+    train_steps(model, optimizers, 3, seed=50)
+    host_state = optimizers.host.state[model.host.segments[1][0].weight]
+    mid_state = optimizers.seeds["mid"].state[model.slot("mid").seed.conv_in.weight]
+    early_state = optimizers.seeds["early"].state[model.slot("early").seed.next_in.weight]
+    for slot in ("mid", "early", "late"):
+        optimizers.merge_seed(slot, model.merge_width_seed(slot))
+    assert len(optimizers.host.state) == len(list(model.host_parameters()))
+    merged = model.host.segments[1][0].weight
+    assert merged.shape[:2] == (16 + 8, 8 + 4)
+    assert torch.all(merged[16:, 8:] == 0)
+    state = optimizers.host.state[merged]
+    for key in ("exp_avg", "exp_avg_sq"):
+        torch.testing.assert_close(state[key][:16, :8], host_state[key])
+        torch.testing.assert_close(state[key][16:, :8], mid_state[key])
+        torch.testing.assert_close(state[key][:16, 8:], early_state[key])
+        assert torch.all(state[key][16:, 8:] == 0)
 
 
 def test_a_late_seed_keeps_its_bias_corrected_moments() -> None:

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from esper.kasmina.width import ParamMerge, Widening, WidthSite, concatenated, fresh_like
+from esper.kasmina.width import ParamMerge, Widening, WidthSite, concatenated, fresh_like, weight_only
 
 
 class Topology(StrEnum):
@@ -163,8 +163,9 @@ class MLP(nn.Module):
 
     def forward(self, h: torch.Tensor, widening: Widening | None = None) -> torch.Tensor:
         u = self.norm(h)
-        y = self.proj(F.gelu(self.fc(u)))
-        return y if widening is None else widening(u, y)
+        a = F.gelu(self.fc(u))
+        y = self.proj(a)
+        return y if widening is None else widening(u, a, y)
 
     @property
     def width_site(self) -> WidthSite:
@@ -175,7 +176,7 @@ class MLP(nn.Module):
         `alpha`; `proj`'s bias stays the host's)."""
         fc, proj = self._wider(self.width_site.hidden + seed.fc.out_features)
         merges = concatenated(self.fc, fc, seed.fc, dim=0)
-        merges += concatenated(_weight_only(self.proj), proj, seed.proj, dim=1, scale=alpha)
+        merges += concatenated(weight_only(self.proj), proj, seed.proj, dim=1, scale=alpha)
         proj.bias = self.proj.bias
         self.fc, self.proj = fc, proj
         return merges
@@ -189,18 +190,11 @@ class MLP(nn.Module):
             self.fc, self.proj = self._wider(state["hidden"])
 
     def _wider(self, hidden: int) -> tuple[nn.Module, nn.Module]:
-        site, ref = self.width_site, self.fc.weight
+        site, ref = self.width_site, self.fc
         return (
             fresh_like(ref, lambda: nn.Linear(site.in_dim, hidden)),
             fresh_like(ref, lambda: nn.Linear(hidden, site.out_dim)),
         )
-
-
-def _weight_only(linear: nn.Linear) -> nn.Module:
-    """A view of `linear` holding only its weight: the part of `proj` a merge concatenates."""
-    view = nn.Module()
-    view.weight = linear.weight
-    return view
 
 
 def _zero_output(block: CausalSelfAttention | MLP) -> nn.Module:
@@ -211,31 +205,62 @@ def _zero_output(block: CausalSelfAttention | MLP) -> nn.Module:
 
 # --------------------------------------------------------------------------- width seeds
 class ConvWidthSeed(nn.Module):
-    """`units` more hidden channels of a CNN block's layer pair (`ConvBlock`): a 3x3 convolution
-    from the block's input, its own BatchNorm and ReLU, and a 3x3 convolution into the block's
-    second convolution's output that starts at zero."""
+    """`units` more channels of a whole CNN block (`ConvBlock`) and of the stream it writes:
+
+    - `conv_in` (random) and `norm_in`: new hidden channels, read from the block's input;
+    - `conv_out` (zero): the new hidden channels into the block's own output channels;
+    - `conv_new` (random) and `norm_new`: new output channels, read from every hidden channel;
+    - `next_in` (zero): the new output channels into the next segment's first layer.
+
+    Merged, these are exactly the tensors a block `units` channels wider has, so a host whose
+    every block grew by a quarter is a static host a quarter wider."""
 
     def __init__(self, site: WidthSite, units: int) -> None:
         super().__init__()
+        if site.next_dim < 1:
+            raise ValueError("a CNN width seed needs the width of the layer after its block (WidthSite.next_dim)")
+        self.in_dim, self.units, self.next_is_conv = site.in_dim, units, site.next_is_conv
         self.conv_in = nn.Conv2d(site.in_dim, units, 3, padding=1, bias=False)
-        self.norm = nn.BatchNorm2d(units)
+        self.norm_in = nn.BatchNorm2d(units)
         self.conv_out = zero_last(nn.Conv2d(units, site.out_dim, 3, padding=1, bias=False))
+        self.conv_new = nn.Conv2d(site.hidden + units, units, 3, padding=1, bias=False)
+        self.norm_new = nn.BatchNorm2d(units)
+        self.pool = nn.MaxPool2d(2) if site.pooled else nn.Identity()
+        self.next_in = zero_last(
+            nn.Conv2d(units, site.next_dim, 3, padding=1, bias=False)
+            if site.next_is_conv
+            else nn.Linear(units, site.next_dim, bias=False)
+        )
 
-    def forward(self, u: torch.Tensor) -> torch.Tensor:
-        return self.conv_out(F.relu(self.norm(self.conv_in(u))))
+    def forward(self, u: torch.Tensor, a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The new hidden and (pooled) output channels, from the block's input `u` (of which the
+        seed reads the channels it was built on) and the host's hidden activations `a`."""
+        hidden = F.relu(self.norm_in(self.conv_in(u[:, : self.in_dim])))
+        out = F.relu(self.norm_new(self.conv_new(torch.cat([a, hidden], 1))))
+        return hidden, self.pool(out)
+
+    def to_pair(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.conv_out(hidden)
+
+    def to_next(self, out: torch.Tensor) -> torch.Tensor:
+        return self.next_in(out if self.next_is_conv else out.mean(dim=(2, 3)))
 
 
 class MLPWidthSeed(nn.Module):
     """`units` more hidden units of a transformer MLP (`fc` rows with their bias, GELU, `proj`
-    columns that start at zero), reading the MLP's normalised input."""
+    columns that start at zero), reading the MLP's normalised input. The MLP's output is the
+    residual stream, which keeps its width."""
 
     def __init__(self, site: WidthSite, units: int) -> None:
         super().__init__()
         self.fc = nn.Linear(site.in_dim, units)
         self.proj = zero_last(nn.Linear(units, site.out_dim, bias=False))
 
-    def forward(self, u: torch.Tensor) -> torch.Tensor:
-        return self.proj(F.gelu(self.fc(u)))
+    def forward(self, u: torch.Tensor, a: torch.Tensor) -> tuple[torch.Tensor, None]:
+        return F.gelu(self.fc(u)), None
+
+    def to_pair(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.proj(hidden)
 
 
 @dataclass(frozen=True)
@@ -262,11 +287,13 @@ class WidthBlueprint:
         return seed(site, self.units(site))
 
     def param_count(self, site: WidthSite) -> int:
-        """CNN: 9k(c_in + c_out) + 2k (two 3x3 convolutions, a BatchNorm). Transformer:
+        """CNN (`ConvWidthSeed`): 9k(c_in + c_out + hidden + k) + 4k + the next layer's columns,
+        9k n (a 3x3 convolution) or k n (the classifier), for n its outputs. Transformer:
         k(d_in + 1) + k d_out (`fc` rows with bias, `proj` columns)."""
         k = self.units(site)
         if self.topology is Topology.CNN:
-            return 9 * k * (site.in_dim + site.out_dim) + 2 * k
+            next_columns = (9 if site.next_is_conv else 1) * k * site.next_dim
+            return 9 * k * (site.in_dim + site.out_dim + site.hidden + k) + 4 * k + next_columns
         return k * (site.in_dim + 1) + k * site.out_dim
 
 
@@ -320,9 +347,11 @@ them, and the learned policy's blueprint head)."""
 
 WIDTH_FRACTIONS: dict[str, float] = {"widen_25": 0.25, "widen_50": 0.5, "widen_100": 1.0}
 
+WIDENS = {Topology.CNN: "channels of the block (hidden and output)", Topology.TRANSFORMER: "MLP hidden units"}
+
 WIDTH_BLUEPRINTS: dict[Topology, dict[str, WidthBlueprint]] = {
     topo: {
-        name: WidthBlueprint(name, topo, fraction, f"+{fraction:.0%} hidden units of the layer pair before the slot")
+        name: WidthBlueprint(name, topo, fraction, f"+{fraction:.0%} {WIDENS[topo]} before the slot")
         for name, fraction in WIDTH_FRACTIONS.items()
     }
     for topo in Topology

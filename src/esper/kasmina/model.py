@@ -11,8 +11,8 @@ from torch.nn.modules.batchnorm import _BatchNorm
 
 from esper.kasmina.hosts import Host
 from esper.kasmina.optimizers import ModelOptimizers
-from esper.kasmina.slot import SeedSlot
-from esper.kasmina.width import ParamMerge, WidenableSegment, Widening
+from esper.kasmina.slot import SeedJoin, SeedSlot
+from esper.kasmina.width import Inflow, ParamMerge
 from esper.leyline import GateThresholds, SeedStage, SlotId
 
 SEGMENTS = "host.segments"
@@ -56,7 +56,7 @@ class MorphogeneticModel(nn.Module):
         thresholds = thresholds or GateThresholds()
         self.slots = nn.ModuleDict(
             {
-                sid.name: SeedSlot(sid, dim, host.topology, thresholds, host.width_site(sid.index))
+                sid.name: SeedSlot(sid, dim, host.topology, thresholds, host)
                 for sid, dim in zip(host.slot_ids, host.slot_dims, strict=True)
             }
         )
@@ -85,7 +85,7 @@ class MorphogeneticModel(nn.Module):
         """`alpha_overrides` replaces slots' alphas; `batchnorm_stats` replaces the running
         statistics of the BatchNorm layers it names. Neither touches any module state."""
         overrides = self._check_overrides(alpha_overrides)
-        return self._run_from(0, x, overrides, _stats_by_part(batchnorm_stats))
+        return self._run_from(0, x, None, overrides, _stats_by_part(batchnorm_stats))
 
     def forward_with_ablations(
         self,
@@ -106,10 +106,10 @@ class MorphogeneticModel(nn.Module):
         """
         entry = {name: self._entry(name) for name in ablate}
         arm_stats = ablated_batchnorm_stats or {}
-        captured: dict[int, torch.Tensor] = {}
-        out = self._run_from(0, x, {}, _stats_by_part(batchnorm_stats), captured, set(entry.values()))
+        captured: dict[int, tuple[torch.Tensor, Inflow | None]] = {}
+        out = self._run_from(0, x, None, {}, _stats_by_part(batchnorm_stats), captured, set(entry.values()))
         ablated = {
-            name: self._run_from(entry[name], captured[entry[name]], {name: 0.0}, _stats_by_part(arm_stats.get(name)))
+            name: self._run_from(entry[name], *captured[entry[name]], {name: 0.0}, _stats_by_part(arm_stats.get(name)))
             for name in ablate
         }
         return out, ablated
@@ -124,30 +124,35 @@ class MorphogeneticModel(nn.Module):
         self,
         start: int,
         h: torch.Tensor,
+        inflow: Inflow | None,
         overrides: Mapping[str, float],
         parts: Mapping[str, dict[str, torch.Tensor]],
-        captured: dict[int, torch.Tensor] | None = None,
+        captured: dict[int, tuple[torch.Tensor, Inflow | None]] | None = None,
         capture_at: set[int] = frozenset(),  # type: ignore[assignment]
     ) -> torch.Tensor:
-        """Run from position `start` (see `_entry`) to the output; keep the inputs of the
-        positions in `capture_at` in `captured`."""
+        """Run from position `start` (see `_entry`) to the output, with `inflow` into the next
+        segment's first layer (a CNN width seed's new channels from the segment before); keep
+        the inputs of the positions in `capture_at` in `captured`."""
         segments, n_slots = self.host.segments, len(self.slot_ids)
         for position in range(start, 2 * n_slots + 1):
             if captured is not None and position in capture_at:
-                captured[position] = h
+                captured[position] = (h, inflow)
             index = position // 2
             if position % 2:
                 name = self.slot_ids[index].name
                 h = self._part(f"{SLOTS}.{name}", self.slots[name], parts, h, overrides.get(name))
                 continue
-            widening = self._widening(index, overrides, parts) if index < n_slots else None
-            extra = {} if widening is None else {"widening": widening}
+            join = self._widening(index, overrides, parts) if index < n_slots else None
+            extra: dict[str, object] = {} if join is None else {"widening": join}
+            if inflow is not None:
+                extra["inflow"] = inflow
             h = self._part(f"{SEGMENTS}.{index}", segments[index], parts, h, **extra)
+            inflow = None if join is None else join.inflow
         return h
 
     def _widening(
         self, index: int, overrides: Mapping[str, float], parts: Mapping[str, dict[str, torch.Tensor]]
-    ) -> Widening | None:
+    ) -> SeedJoin | None:
         """The width seed of slot `index` as its segment's widening (None without one), with the
         seed's own BatchNorm statistics from `parts`, if given."""
         name = self.slot_ids[index].name
@@ -201,10 +206,8 @@ class MorphogeneticModel(nn.Module):
         s = self.slot(slot)
         if not s.holds_width_seed or s.stage is not SeedStage.FOSSILIZED or not s.alpha > 0.0:
             raise ValueError(f"slot {slot!r} holds no fossilized width seed to merge")
-        segment = self.host.segments[s.slot_id.index]
-        assert isinstance(segment, WidenableSegment)  # the slot has a width site only then
-        merges = segment.merge(s.seed, s.alpha)  # type: ignore[arg-type]
-        s.absorb_merged()
+        merges = self.host.merge_width(s.slot_id.index, s.seed, s.alpha)  # type: ignore[arg-type]
+        s.absorb_merged(sum(m.new.numel() - m.old.numel() for m in merges))
         return merges
 
     def batchnorm_layers(self, after_slot: str | None = None) -> dict[str, _BatchNorm]:

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from esper.kasmina.slot import SeedSlot
-from esper.kasmina.width import ParamMerge
+from esper.kasmina.width import ParamMerge, fitted
 
 
 def cosine_lr_factor(epoch: int, max_epochs: int) -> float:
@@ -61,7 +61,8 @@ class ModelOptimizers:
         have weighted new gradients a little more. The new entries also take the host's learning
         rate.) A seed output weight scaled by alpha in the merge has gradients 1/alpha times the
         seed's: its moments are divided by alpha and alpha squared. An entry that had no state
-        yet (no gradient) starts at zero moments.
+        yet (no gradient), or that pads a seed to a neighbour merged before it, starts at zero
+        moments.
         """
         seed_opt = self.seeds.pop(slot)
         beta1, beta2 = self.host.param_groups[0]["betas"]
@@ -79,6 +80,7 @@ class ModelOptimizers:
                 else:
                     rescale = (1 - beta ** float(step)) / (1 - beta ** float(seed_state["step"]))
                     carried = seed_state[key] * (rescale / merge.scale**power)
+                carried = fitted(carried, host_state[key].shape, merge.dim)
                 moments[key] = torch.cat([host_state[key], carried], merge.dim)
             self.host.state[merge.new] = {"step": step, **moments}
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -12,18 +12,62 @@ from torch.func import functional_call
 from esper.kasmina.blueprints import Topology, WidthBlueprint, get_blueprint
 from esper.kasmina.isolation import straight_through
 from esper.kasmina.lifecycle import GateInputs, SlotLifecycle, StageChange
-from esper.kasmina.width import Widening, WidthSite
+from esper.kasmina.width import Inflow, WidthSite
 from esper.leyline import BlendSchedule, GateThresholds, SeedStage, SlotId
+
+if TYPE_CHECKING:
+    from esper.kasmina.hosts import Host
+
+
+ISOLATED = object()
+"""The join of a seed training in isolation: the output is the host's, and the seed receives the
+gradient of the sum (`straight_through`); the seed reads detached host activations."""
+
+
+def joined(y: torch.Tensor, contribution: torch.Tensor, weight: float | object) -> torch.Tensor:
+    """`y` with a seed's `contribution` joined at `weight` (a blend weight, or `ISOLATED`)."""
+    if weight is ISOLATED:
+        return straight_through(y, contribution)
+    return y + weight * contribution.to(y.dtype)  # type: ignore[operator]
+
+
+class SeedJoin:
+    """A width seed joining its layer pair during one forward pass (the segment calls it as its
+    `Widening`); for a seed that widens the pair's output, `inflow` then holds how its new output
+    channels join the next segment's first layer. Built per pass, so no module holds pass state."""
+
+    def __init__(self, seed: nn.Module, weight: float | object, run: Callable[..., tuple]) -> None:
+        self.seed, self.weight, self.run = seed, weight, run
+        self.inflow: Inflow | None = None
+
+    def __call__(self, u: torch.Tensor, a: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        if self.weight is ISOLATED:
+            u, a = u.detach(), a.detach()
+        hidden, out = self.run(u, a)
+        if out is not None:
+            self.inflow = lambda z: joined(z, self._fit(self.seed.to_next(out), z), self.weight)
+        return joined(y, self.seed.to_pair(hidden), self.weight)
+
+    @staticmethod
+    def _fit(contribution: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        """Zeros for the next layer's outputs a merge added after the seed was built."""
+        extra = z.shape[1] - contribution.shape[1]
+        if extra == 0:
+            return contribution
+        zeros = contribution.new_zeros(contribution.shape[0], extra, *contribution.shape[2:])
+        return torch.cat([contribution, zeros], 1)
 
 
 class SeedSlot(nn.Module):
     """Applies its seed to the host stream according to the lifecycle stage.
 
     A residual seed joins the stream at the slot, as h + alpha * seed(h). A width seed joins the
-    layer pair of the segment before the slot (`width_site`), through `widening`; the stream
+    layer pair of the segment before the slot (`width_site`), through `widening` (a `SeedJoin`),
+    and a CNN one also feeds the next segment's first layer (the join's `inflow`); the stream
     passes the slot unchanged. A fossilized width seed is merged into the host
     (`MorphogeneticModel.merge_width_seed`): the slot then holds no module, and its parameter
-    count stays the seed's (`merged_params`), so growth is priced the same before and after.
+    count becomes the parameters the merge added to the host (`merged_params`: the seed's own,
+    plus any zeros that fit it to a neighbour merged before it).
 
     The slot's identity, blueprint and lifecycle travel in the model's `state_dict` as this
     module's extra state, and loading a state dict rebuilds the seed module before its weights
@@ -36,10 +80,14 @@ class SeedSlot(nn.Module):
         dim: int,
         topology: Topology,
         thresholds: GateThresholds,
-        width_site: WidthSite | None = None,
+        host: Host | None = None,
     ) -> None:
         super().__init__()
-        self.slot_id, self.dim, self.topology, self.width_site = slot_id, dim, topology, width_site
+        self.slot_id, self.dim, self.topology = slot_id, dim, topology
+        # Read, not owned: the model registers the host. A plain attribute, so `deepcopy` of the
+        # model maps it to the copied host; the site is read from it each time, since a
+        # neighbour's merge can change the widths around this slot.
+        object.__setattr__(self, "_host", host)
         self.lifecycle = SlotLifecycle(thresholds)
         self.seed: nn.Module | None = None
         self.blueprint: str | None = None
@@ -57,43 +105,42 @@ class SeedSlot(nn.Module):
         seed = self.seed
         if seed is None or self.holds_width_seed:
             return h  # a width seed acts inside the segment before the slot (`widening`)
-        return self._join(h, h, alpha_override, seed)
+        weight = self._seed_weight(alpha_override)
+        if weight == 0.0:
+            return h
+        return joined(h, seed(h if weight is not ISOLATED else h.detach()), weight)
 
     def widening(
         self, alpha_override: float | None = None, seed_stats: Mapping[str, torch.Tensor] | None = None
-    ) -> Widening | None:
+    ) -> SeedJoin | None:
         """How this slot's width seed joins the layer pair before the slot, or None when it holds
-        none. `seed_stats` replaces the running statistics of the seed's BatchNorm (local names),
-        as `MorphogeneticModel`'s `batchnorm_stats` does for every other part."""
+        none or takes no part. `seed_stats` replaces the running statistics of the seed's
+        BatchNorm (local names), as `MorphogeneticModel`'s `batchnorm_stats` does for every other
+        part."""
         seed = self.seed
         if seed is None or not self.holds_width_seed:
             return None
-        run: Callable[[torch.Tensor], torch.Tensor] = (
-            seed if not seed_stats else lambda u: functional_call(seed, dict(seed_stats), (u,))
-        )
-        return lambda u, y: self._join(u, y, alpha_override, run)
+        weight = self._seed_weight(alpha_override)
+        if weight == 0.0:
+            return None
+        stats = dict(seed_stats or {})
+        return SeedJoin(seed, weight, seed if not stats else lambda u, a: functional_call(seed, stats, (u, a)))
 
-    def _join(
-        self,
-        u: torch.Tensor,
-        y: torch.Tensor,
-        alpha_override: float | None,
-        seed: Callable[[torch.Tensor], torch.Tensor],
-    ) -> torch.Tensor:
-        """`y` with `seed(u)` joined at the stage's alpha (`u` is `y` itself for a residual seed)."""
-        if alpha_override is None:
-            if self.lifecycle.stage is SeedStage.TRAINING:
-                if not torch.is_grad_enabled():
-                    return y  # the output is the host's either way; without gradients the seed has nothing to do
-                # Isolation: the seed sees a detached input, so its gradient never reaches the
-                # host, and the output is the host's exactly.
-                return straight_through(y, seed(u.detach()))
-            alpha = self.lifecycle.alpha
-        else:
-            alpha = alpha_override
-        if alpha == 0.0:
-            return y
-        return y + alpha * seed(u).to(y.dtype)
+    def _seed_weight(self, alpha_override: float | None) -> float | object:
+        """How the seed's output joins the host's: at `alpha_override`, else at the stage's alpha;
+        `ISOLATED` while it trains (a straight-through join); 0 where it takes no part."""
+        if alpha_override is not None:
+            return alpha_override
+        if self.lifecycle.stage is SeedStage.TRAINING:
+            # the output is the host's either way; without gradients the seed has nothing to do
+            return ISOLATED if torch.is_grad_enabled() else 0.0
+        return self.lifecycle.alpha
+
+    @property
+    def width_site(self) -> WidthSite | None:
+        """The layer pair a width seed in this slot widens, as the host is now (None without one)."""
+        host = self._host
+        return None if host is None else host.width_site(self.slot_id.index)
 
     @property
     def holds_width_seed(self) -> bool:
@@ -137,9 +184,10 @@ class SeedSlot(nn.Module):
             raise ValueError(f"slot {self.slot_id.name!r}: {exc}") from None
         return self.width_site
 
-    def absorb_merged(self) -> None:
-        """The width seed has been merged into the host: keep its count, drop its module."""
-        self.merged_params = self.param_count()
+    def absorb_merged(self, added_params: int) -> None:
+        """The width seed has been merged into the host, adding `added_params`: keep the count,
+        drop the module."""
+        self.merged_params = added_params
         self.seed = None
 
     # ----------------------------------------------------------------- lifecycle operations
@@ -202,7 +250,8 @@ class SeedSlot(nn.Module):
 
     # ----------------------------------------------------------------- internals
     def _install(self, module: nn.Module, blueprint: str, seed_id: str) -> None:
-        module = module.to(device=self._anchor.device, dtype=self._anchor.dtype)
+        # on the host's device and dtype, and in its mode (a seed germinated under eval() is in eval)
+        module = module.to(device=self._anchor.device, dtype=self._anchor.dtype).train(self.training)
         self.seed, self.blueprint, self.seed_id = module, blueprint, seed_id
         self._width_blueprint = isinstance(get_blueprint(self.topology, blueprint), WidthBlueprint)
 
