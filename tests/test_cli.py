@@ -468,3 +468,11 @@ def test_unreadable_data_folder_and_run_dir(
     monkeypatch.setattr(Path, "exists", denied(real_exists))
     check_usage_error(capsys, ["heuristic", "--task", "cifar10", "--data-dir", str(locked)], "Permission denied")
     check_usage_error(capsys, ["heuristic", "--run-dir", str(locked / "run")], "Permission denied")
+
+
+def test_esper_alone_lists_its_commands(capsys) -> None:
+    """It printed "the following arguments are required: command" and no command."""
+    assert main([]) == 0
+    out = capsys.readouterr().out
+    for command in ("heuristic", "grow", "ppo", "eval", "report", "watch"):
+        assert command in out

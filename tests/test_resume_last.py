@@ -82,6 +82,23 @@ def test_a_damaged_latest_checkpoint_is_set_aside_with_a_warning(
     assert [without_timing(r) for r in rows(split)] == [without_timing(r) for r in rows(whole)]
 
 
+def test_with_every_checkpoint_damaged_the_warning_says_the_run_starts_afresh(
+    tiny_tasks, workdir: Path, tmp_path: Path, capsys
+) -> None:
+    """It said "resuming from the checkpoint before it" where there was none."""
+    run_dir = tmp_path / "run"
+    assert main(["ppo", "--episodes", "2", *TINY, "--run-dir", str(run_dir)]) == 0
+    (run_dir / "summary.json").unlink()  # killed before its summary
+    (only,) = (run_dir / "checkpoints").glob("round-*.pt")
+    only.write_bytes(only.read_bytes()[:100])
+    capsys.readouterr()
+    assert main(["ppo", *TINY, "--resume", "last", "--run-dir", str(run_dir), "--episodes", "2"]) == 0
+    (warning,) = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
+    assert only.name in warning and "no complete checkpoint is left, so the run starts afresh" in warning
+    assert "the checkpoint before it" not in warning
+    assert only.with_name(only.name + ".corrupt").exists()
+
+
 def test_a_fresh_start_in_place_drops_the_telemetry_of_a_start_that_saved_nothing(
     tiny_tasks, workdir: Path, tmp_path: Path
 ) -> None:

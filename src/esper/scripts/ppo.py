@@ -362,12 +362,15 @@ def resolve_resume_path(
     else:
         return Path(flag), [], None
     latest, skipped = latest_checkpoint(folder)
-    for _, reason in skipped:
-        print(f"esper: warning: {reason}; resuming from the checkpoint before it", file=sys.stderr)
+    for i, (_, reason) in enumerate(skipped):
+        before = "resuming from the checkpoint before it"
+        if latest is None and i == len(skipped) - 1:
+            before = "no complete checkpoint is left, so the run starts afresh (damaged ones are kept as *.corrupt)"
+        print(f"esper: warning: {reason}; {before}", file=sys.stderr)
     return latest, skipped, folder
 
 
-FOREIGN_RUN_FILES = ("summary.json", "eval.json", "episodes.jsonl", "episodes", "grown")
+FOREIGN_RUN_FILES = ("summary.json", "eval.json", "episodes.jsonl", "episodes")
 """Files a PPO run that never reached its first checkpoint does not hold: a finished run's, or
 another command's (`heuristic`, `grow`, `eval`)."""
 

@@ -356,8 +356,12 @@ def run_growth(run: GrowthRun) -> dict:
 
 def main(argv: Sequence[str] | None = None) -> int:
     ctx = SINGLE_PROCESS
+    parser = build_parser()
+    if not (sys.argv[1:] if argv is None else argv):
+        parser.print_help()  # `esper` alone: what it can do, not an error about a missing command
+        return 0
     try:
-        args, rest = build_parser().parse_known_args(argv)  # the rest: knob flags (`--ppo.gamma 1`)
+        args, rest = parser.parse_known_args(argv)  # the rest: knob flags (`--ppo.gamma 1`)
         if args.command == "ppo":
             ctx = distributed_context(args)  # under torchrun: join the group before anything else
             run, execute = resolve_ppo(args, rest, ctx), run_ppo
