@@ -110,7 +110,7 @@ def test_cuda_on_cpu_only_machine(
 
 ARGPARSE_ERRORS = {
     "unknown flag": (["heuristic", "--bogus-flag"], ["--bogus-flag"]),
-    "missing subcommand": ([], ["required"]),
+    "missing subcommand": (["--version-typo"], ["required"]),
     "unknown subcommand": (["sprout"], ["'sprout'", "heuristic", "grow"]),
     "non-integer episodes": (["heuristic", "--episodes", "two"], ["--episodes", "'two'"]),
     "non-integer max germinations": (["heuristic", "--max-germinations", "1.5"], ["--max-germinations", "'1.5'"]),
@@ -476,3 +476,25 @@ def test_esper_alone_lists_its_commands(capsys) -> None:
     out = capsys.readouterr().out
     for command in ("heuristic", "grow", "ppo", "eval", "report", "watch"):
         assert command in out
+
+
+@pytest.mark.parametrize("command", ["heuristic", "grow", "ppo", "eval"])
+def test_threads_out_of_range_is_refused(capsys, command: str) -> None:
+    check_usage_error(capsys, [command, "--threads", "0"], "--threads 0", "choose from 1 to")
+    check_usage_error(capsys, [command, "--threads", "100000"], "--threads 100000", "choose from 1 to")
+
+
+def test_eval_refuses_a_process_per_episode_beyond_reason(capsys, tmp_path) -> None:
+    argv = [
+        "eval",
+        "--controllers",
+        "static",
+        "--seeds",
+        "0:2",
+        "--workers",
+        "100000",
+        "--run-dir",
+        str(tmp_path / "e"),
+    ]
+    check_usage_error(capsys, argv, "--workers 100000", "at most")
+    assert not (tmp_path / "e").exists()

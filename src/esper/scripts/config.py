@@ -229,6 +229,13 @@ def add_command(
     parser.add_argument("--config", help="a TOML, YAML or JSON file of settings and [group] tables of knobs")
     parser.add_argument("--run-dir", help=f"where the run is written (default runs/<time>-{name}-<task>)")
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch CPU threads of this process (default 1: torch's default, one per core, spins against any "
+        "other load and ran a 3-epoch run 4x slower on a busy 2-core machine)",
+    )
     return parser
 
 

@@ -323,6 +323,8 @@ def resolve_eval(args: argparse.Namespace, rest: list[str]) -> EvalRun:
     check_minimum("--max-germinations", settings["max_germinations"], 0)
     workers = (os.cpu_count() or 1) if settings["workers"] is None else settings["workers"]
     check_minimum("--workers", workers, 0)
+    if workers > 4 * (os.cpu_count() or 1):
+        raise UsageError(f"--workers {workers}: one process per episode; at most {4 * (os.cpu_count() or 1)} here")
     run_dir = (
         Path(args.run_dir) if args.run_dir else Path("runs") / f"{time.strftime('%Y%m%d-%H%M%S')}-eval-{task.name}"
     )

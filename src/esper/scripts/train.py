@@ -354,6 +354,16 @@ def run_growth(run: GrowthRun) -> dict:
     return summary
 
 
+def set_threads(threads: int | None) -> None:
+    """`--threads`: torch's intra-op CPU threads for this process (the commands that train)."""
+    if threads is None:
+        return
+    cpus = os.cpu_count() or 1
+    if not 1 <= threads <= cpus:
+        raise UsageError(f"--threads {threads}: choose from 1 to {cpus} (the CPUs of this machine)")
+    torch.set_num_threads(threads)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ctx = SINGLE_PROCESS
     parser = build_parser()
@@ -362,6 +372,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     try:
         args, rest = parser.parse_known_args(argv)  # the rest: knob flags (`--ppo.gamma 1`)
+        set_threads(getattr(args, "threads", None))
         if args.command == "ppo":
             ctx = distributed_context(args)  # under torchrun: join the group before anything else
             run, execute = resolve_ppo(args, rest, ctx), run_ppo
