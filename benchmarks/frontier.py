@@ -10,6 +10,9 @@ for its training compute. Growing arms start from a host on (or below) that fron
   the gates pass it (no controller); `naive:BLUEPRINT@EPOCH` names another blueprint or epoch;
 - `policy:shapes`: the shipped learned controller (on `shapes`).
 
+An arm may carry gate thresholds after a `~` (`naive~min_training_epochs=1,blend_epochs=1`):
+its episodes run under those `GateThresholds`, the defaults elsewhere.
+
 Each growing arm runs from every start width given (`--start-widths`; by default the task's
 width and, on `shapes`, half of it). Every episode of a seed sees the same data order. Each arm's
 point is its mean test accuracy against its mean final parameters and mean training GFLOPs;
@@ -49,6 +52,7 @@ import torch
 from esper.karn import estimate, paired_difference, write_json_atomic
 from esper.karn.rundir import read_jsonl
 from esper.kasmina import Topology
+from esper.leyline import GateThresholds
 from esper.scripts.common import UsageError, torch_build
 from esper.scripts.config import HostTraining
 from esper.scripts.evaluate import ControllerSpec, EpisodeJob, naive_schedule, parse_seeds, run_one
@@ -76,29 +80,52 @@ class Arm:
         return f"{self.name}@{self.width}"
 
 
+def gate_thresholds(arm_name: str) -> GateThresholds:
+    """The thresholds an arm's name sets after `~` (`KEY=VALUE,...`), over the defaults."""
+    given = arm_name.partition("~")[2]
+    if not given:
+        return GateThresholds()
+    fields = {f.name: f.type for f in dataclasses.fields(GateThresholds)}
+    values: dict[str, Any] = {}
+    for pair in given.split(","):
+        key, _, value = pair.partition("=")
+        if key not in fields:
+            raise UsageError(f"--arms {arm_name!r}: unknown gate threshold {key!r}; choose from: {' '.join(fields)}")
+        try:
+            values[key] = (float if fields[key] in (float, "float") else int)(value)
+        except ValueError:
+            raise UsageError(f"--arms {arm_name!r}: {key} takes a number, got {value!r}") from None
+    try:
+        return dataclasses.replace(GateThresholds(), **values)
+    except ValueError as exc:
+        raise UsageError(f"--arms {arm_name!r}: {exc}") from None
+
+
 def job(task: TaskSpec, arm: Arm, seed: int, epochs: int) -> EpisodeJob:
     """The episode `esper eval` would run for this arm and seed."""
     heuristic = tuned_heuristic(task.name)
     blueprints = None
-    spec = ControllerSpec(arm.name, "static")
-    if arm.name == "heuristic":
+    name = arm.name.partition("~")[0]
+    spec = ControllerSpec(name, "static")
+    if name == "heuristic":
         spec = ControllerSpec("heuristic", "heuristic")
-    elif arm.name == "heuristic+width":
+    elif name == "heuristic+width":
         spec = ControllerSpec("heuristic", "heuristic")
         residual = heuristic.blueprint_order or PREFERRED_BLUEPRINTS[task.topology]
         heuristic = dataclasses.replace(heuristic, blueprint_order=(*WIDTH_FIRST, *residual))
         blueprints = heuristic.blueprint_order
-    elif arm.name.partition(":")[0] == "naive":
-        name = NAIVE if arm.name == "naive" else arm.name
-        spec = ControllerSpec(name, "naive", name.partition(":")[2])
-    elif arm.name.startswith("policy:"):
-        spec = ControllerSpec(arm.name, "policy", str(_policy_path(arm.name)))
+    elif name.partition(":")[0] == "naive":
+        naive = NAIVE if name == "naive" else name
+        spec = ControllerSpec(naive, "naive", naive.partition(":")[2])
+    elif name.startswith("policy:"):
+        spec = ControllerSpec(name, "policy", str(_policy_path(name)))
     env = EnvConfig(
         task,
         torch.device("cpu"),
         epochs,
         task.slot_names,
         0 if spec.kind == "static" else DEFAULT_MAX_GERMINATIONS,
+        thresholds=gate_thresholds(arm.name),
         host_width=arm.width,
     )
     fields = {f.name: getattr(env, f.name) for f in dataclasses.fields(env) if f.name != "task"}
@@ -345,11 +372,13 @@ def resolve(args: argparse.Namespace) -> tuple[TaskSpec, list[Arm], list[int], l
         [task.host_width, task.host_width // 2] if task.name == "shapes" else [task.host_width]
     )
     names = args.arms or [a for a in DEFAULT_ARMS if not a.startswith("policy:") or a == f"policy:{task.name}"]
-    for name in names:
+    for given in names:
+        name = given.partition("~")[0]
         if name not in DEFAULT_ARMS and not name.startswith("naive:"):
-            raise UsageError(f"--arms {name!r}: choose from: {' '.join(DEFAULT_ARMS)} naive:BLUEPRINT@EPOCH")
+            raise UsageError(f"--arms {given!r}: choose from: {' '.join(DEFAULT_ARMS)} naive:BLUEPRINT@EPOCH [~GATES]")
         if name.startswith("naive:"):
             naive_schedule(name, name.partition(":")[2])
+        gate_thresholds(given)
     for w in (*widths, *starts):
         if w < 1:
             raise UsageError(f"widths must be >= 1, got {w}")

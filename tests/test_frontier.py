@@ -66,6 +66,9 @@ def test_on_text_the_front_is_in_bits_per_byte_and_lower_is_better() -> None:
         (["--widths", "4"], "at least two widths"),
         (["--widths", "a:b"], "expected A:B"),
         (["--arms", "greedy"], "'greedy'"),
+        (["--arms", "naive~blend_epochs=0"], "blend_epochs must be >= 1"),
+        (["--arms", "naive~blend=2"], "unknown gate threshold 'blend'"),
+        (["--arms", "naive~blend_epochs=two"], "takes a number"),
         (["--start-widths", "0"], ">= 1"),
     ],
 )
@@ -89,3 +92,12 @@ def test_a_small_frontier_runs_and_continues_where_it_stopped(tmp_path: Path, ca
     assert frontier.main([*argv, "--workers", "1", "--out-dir", str(out)]) == 0  # nothing left to run
     assert (out / "episodes.jsonl").read_text().splitlines() == lines
     assert "0 to run" in capsys.readouterr().err
+
+
+def test_an_arm_runs_under_the_gate_thresholds_its_name_carries() -> None:
+    task = frontier.get_task("shapes")
+    fast = frontier.job(task, frontier.Arm("naive~min_training_epochs=1,blend_epochs=2", 8), 200, 40)
+    plain = frontier.job(task, frontier.Arm("naive", 8), 200, 40)
+    assert (fast.env_fields["thresholds"].min_training_epochs, fast.env_fields["thresholds"].blend_epochs) == (1, 2)
+    assert plain.env_fields["thresholds"] == frontier.GateThresholds()
+    assert fast.spec == plain.spec
