@@ -246,6 +246,20 @@ def test_a_seed_germinated_after_its_neighbour_merged_reads_the_wider_stream() -
     torch.testing.assert_close(model.eval()(x), before, rtol=0, atol=1e-5)
 
 
+@pytest.mark.parametrize("merged_first", ["early", "mid"])
+def test_a_live_seed_beside_a_merged_one_round_trips_through_the_state_dict(merged_first: str) -> None:
+    """Rollbacks and grown files load a model whose live seed was built before its neighbour's
+    merge widened the layer it reads (early merged) or feeds (mid merged): the seed is rebuilt at
+    the site it was built at, not the host's site now."""
+    model, x = grow_every_block("widen_50"), images()
+    model.merge_width_seed(merged_first)
+    fresh = cnn_model(width=8)
+    fresh.load_state_dict(model.state_dict())
+    torch.testing.assert_close(fresh.eval()(x), model.eval()(x), rtol=0, atol=0)
+    live = "mid" if merged_first == "early" else "early"
+    assert fresh.slot(live).seed_site == model.slot(live).seed_site != model.slot(live).width_site
+
+
 def test_the_transformer_merge_leaves_outputs_equal() -> None:
     model, x = gpt_model(), tokens()
     model.slot("late").germinate("widen_50", "seed-0", BlendSchedule.LINEAR)

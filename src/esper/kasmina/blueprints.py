@@ -284,7 +284,9 @@ class WidthBlueprint:
 
     def build(self, site: WidthSite) -> nn.Module:
         seed = ConvWidthSeed if self.topology is Topology.CNN else MLPWidthSeed
-        return seed(site, self.units(site))
+        module = seed(site, self.units(site))
+        module.site = site  # what it was built at: a state dict rebuilds it there (`SeedSlot`)
+        return module
 
     def param_count(self, site: WidthSite) -> int:
         """CNN (`ConvWidthSeed`): 9k(c_in + c_out + hidden + k) + 4k + the next layer's columns,

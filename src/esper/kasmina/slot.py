@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -94,6 +95,9 @@ class SeedSlot(nn.Module):
         self.seed_id: str | None = None
         self.merged_params = 0
         """Parameters of a width seed merged into the host (0 until one is)."""
+        self.seed_site: WidthSite | None = None
+        """The site a live width seed was built at (the host's site may widen since, by a
+        neighbour's merge): its module is rebuilt at it when a state dict is loaded."""
         self._width_blueprint = False
         # Moves with the model (.to, .cuda, .half), so a new seed is built where the host lives.
         self.register_buffer("_anchor", torch.empty(0), persistent=False)
@@ -158,10 +162,13 @@ class SeedSlot(nn.Module):
         """The seed's parameters: its module's, or those it merged into the host."""
         return self.merged_params if self.seed is None else sum(p.numel() for p in self.seed.parameters())
 
-    def build_seed(self, blueprint: str) -> nn.Module:
-        """A new seed module of `blueprint` for this slot; a `ValueError` when the slot cannot take it."""
+    def build_seed(self, blueprint: str, site: WidthSite | None = None) -> nn.Module:
+        """A new seed module of `blueprint` for this slot (a width seed at `site`, by default the
+        host's site now); a `ValueError` when the slot cannot take it."""
         bp = get_blueprint(self.topology, blueprint)
-        return bp.build(self._width_site_for(bp)) if isinstance(bp, WidthBlueprint) else bp.build(self.dim)
+        if not isinstance(bp, WidthBlueprint):
+            return bp.build(self.dim)
+        return bp.build(site or self._width_site_for(bp))
 
     def seed_param_count(self, blueprint: str) -> int:
         """Parameters a seed of `blueprint` would have here, without building it (no RNG drawn);
@@ -233,6 +240,8 @@ class SeedSlot(nn.Module):
             "blueprint": self.blueprint,
             "seed_id": self.seed_id,
             "merged_params": self.merged_params,
+            # a neighbour's merge may since have widened the layers the seed reads or feeds
+            "seed_site": None if self.seed_site is None else dataclasses.asdict(self.seed_site),
         }
 
     def set_extra_state(self, state: dict[str, Any]) -> None:
@@ -245,8 +254,9 @@ class SeedSlot(nn.Module):
             if self.merged_params:
                 self.blueprint, self.seed_id = state["blueprint"], state["seed_id"]
                 return
+            site = WidthSite(**state["seed_site"]) if state.get("seed_site") else None  # missing before format 3
             with torch.random.fork_rng(devices=[]):  # the weights are overwritten: leave the global RNG be
-                self._install(self.build_seed(state["blueprint"]), state["blueprint"], state["seed_id"])
+                self._install(self.build_seed(state["blueprint"], site), state["blueprint"], state["seed_id"])
 
     # ----------------------------------------------------------------- internals
     def _install(self, module: nn.Module, blueprint: str, seed_id: str) -> None:
@@ -254,9 +264,11 @@ class SeedSlot(nn.Module):
         module = module.to(device=self._anchor.device, dtype=self._anchor.dtype).train(self.training)
         self.seed, self.blueprint, self.seed_id = module, blueprint, seed_id
         self._width_blueprint = isinstance(get_blueprint(self.topology, blueprint), WidthBlueprint)
+        self.seed_site = getattr(module, "site", None)
 
     def _uninstall(self) -> None:
         self.seed, self.blueprint, self.seed_id, self.merged_params = None, None, None, 0
+        self.seed_site = None
 
     def _drop_if_culled(self, changes: list[StageChange]) -> None:
         if any(c.target is SeedStage.CULLED for c in changes):

@@ -18,9 +18,11 @@ from esper.kasmina import MorphogeneticModel
 from esper.kasmina.model import BatchNormStats
 from esper.tolaria.tasks import get_task
 
-GROWN_FORMAT = "esper-grown-network-2"
+GROWN_FORMAT = "esper-grown-network-3"
 """Written into every grown-network file, and checked when one is loaded. Version 2: merged width
-seeds (each widenable segment's width and each slot's `merged_params` in the state dict)."""
+seeds (each widenable segment's width and each slot's `merged_params` in the state dict).
+Version 3: CNN width seeds widen a whole block and the next layer's input (the classifier's
+width and each live width seed's build site in the state dict)."""
 
 
 def grown_payload(
