@@ -498,3 +498,14 @@ def test_eval_refuses_a_process_per_episode_beyond_reason(capsys, tmp_path) -> N
     ]
     check_usage_error(capsys, argv, "--workers 100000", "at most")
     assert not (tmp_path / "e").exists()
+
+
+@pytest.mark.parametrize("command", [["report"], ["watch", "--once"]])
+def test_report_and_watch_say_an_eval_run_is_an_eval_run(capsys, tmp_path, command: list[str]) -> None:
+    """`report` said an eval run had "no epoch yet"; `watch` showed it as running."""
+    run_dir = tmp_path / "eval-run"
+    run_dir.mkdir()
+    (run_dir / "eval.json").write_text("{}")
+    (run_dir / "config.json").write_text("{}")
+    check_usage_error(capsys, [command[0], str(run_dir), *command[1:]], "is an eval run", "eval.json")
+    assert sorted(p.name for p in run_dir.iterdir()) == ["config.json", "eval.json"]

@@ -81,6 +81,16 @@ def check_run_dir(run_dir: Path, run_files: Sequence[str]) -> None:
         raise UsageError(f"--run-dir {str(run_dir)!r} cannot be created: {str(ancestor)!r} is not writable")
 
 
+def refuse_eval_run(path: str | Path, command: str) -> None:
+    """`report` and `watch` draw training runs; an `eval` run's record is its `eval.json` (and
+    the table `eval` printed), which they used to misread as a run with no epoch yet."""
+    if (Path(path) / "eval.json").is_file():
+        raise UsageError(
+            f"{str(path)!r} is an eval run: its comparison is in eval.json; "
+            f"{command} reads training runs (heuristic, grow, ppo)"
+        )
+
+
 def resolve_task(name: str) -> TaskSpec:
     try:
         return get_task(name)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from esper.karn.rundir import RunDirError, RunView, read_run
-from esper.scripts.common import OneLineParser, UsageError
+from esper.scripts.common import OneLineParser, UsageError, refuse_eval_run
 
 
 def add_report_parser(sub: argparse._SubParsersAction) -> None:
@@ -27,6 +27,7 @@ class ReportJob:
 def resolve_report(args: argparse.Namespace) -> ReportJob:
     runs = []
     for path in args.run_dirs:
+        refuse_eval_run(path, "report")
         try:
             run = read_run(path)
         except RunDirError as exc:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from esper.karn.rundir import RunDirError, read_run
-from esper.scripts.common import OneLineParser, UsageError
+from esper.scripts.common import OneLineParser, UsageError, refuse_eval_run
 
 
 def add_watch_parser(sub: argparse._SubParsersAction) -> None:
@@ -27,6 +27,7 @@ class WatchJob:
 def resolve_watch(args: argparse.Namespace) -> WatchJob:
     if not args.interval > 0:
         raise UsageError(f"--interval must be > 0 seconds, got {args.interval}")
+    refuse_eval_run(args.run_dir, "watch")
     try:
         read_run(args.run_dir)
     except RunDirError as exc:
