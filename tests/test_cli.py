@@ -509,3 +509,31 @@ def test_report_and_watch_say_an_eval_run_is_an_eval_run(capsys, tmp_path, comma
     (run_dir / "config.json").write_text("{}")
     check_usage_error(capsys, [command[0], str(run_dir), *command[1:]], "is an eval run", "eval.json")
     assert sorted(p.name for p in run_dir.iterdir()) == ["config.json", "eval.json"]
+
+
+@pytest.mark.parametrize(
+    ("text", "fragments"),
+    [
+        ("max_epochs = 2.5", ["max_epochs", "invalid int value: '2.5'"]),
+        ('episodes = "many"', ["episodes", "invalid int value: 'many'"]),
+        ("seed = 1.5", ["seed", "invalid int value: '1.5'"]),
+        ("episodes = true", ["episodes takes what --episodes takes, not True"]),
+        ('device = ["cpu", "cpu"]', ["device takes one value"]),
+    ],
+)
+def test_a_config_file_is_held_to_the_flags_types(capsys, tmp_path, text: str, fragments: list[str]) -> None:
+    """These were tracebacks, or (max_epochs = 2.5) a run of 3 epochs recorded as 2.5."""
+    config = tmp_path / "run.toml"
+    config.write_text(text + "\n")
+    check_usage_error(capsys, ["heuristic", "--config", str(config), "--run-dir", str(tmp_path / "r")], *fragments)
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_config_file_setting_reads_as_its_flag_would() -> None:
+    """`slots = "early"` is one slot (it was read letter by letter: "unknown slot 'e'")."""
+    from esper.scripts.config import typed_settings
+    from esper.scripts.train import build_parser
+
+    args, _ = build_parser().parse_known_args(["grow"])
+    typed = typed_settings({"slots": "early", "max_epochs": 3, "sample": True}, args.settings_parser, "f")
+    assert typed == {"slots": ["early"], "max_epochs": 3, "sample": True}

@@ -146,7 +146,39 @@ def config_file(
     """The settings and knobs of `--config`, if given (both empty otherwise)."""
     if args.config is None:
         return {}, {}
-    return split_config(read_config_file(args.config), settings, groups, f"--config {args.config!r}")
+    source = f"--config {args.config!r}"
+    flat, knobs = split_config(read_config_file(args.config), settings, groups, source)
+    return typed_settings(flat, args.settings_parser, source), knobs
+
+
+def typed_settings(flat: dict[str, Any], parser: argparse.ArgumentParser, source: str) -> dict[str, Any]:
+    """A file's settings read by the command's own flag parser, as if given as flags: so a file
+    is held to the flags' types (`max_epochs = 2.5` is refused as `--max-epochs` refuses 2.5,
+    `slots = "early"` is one slot) and its errors name the key."""
+    actions = {a.dest: a for a in parser._actions}  # argparse keeps its actions in this list
+    typed: dict[str, Any] = {}
+    for key, value in flat.items():
+        action = actions.get(key)
+        if value is None or action is None:
+            typed[key] = value
+            continue
+        if isinstance(value, dict) or (isinstance(value, list) and action.nargs not in ("+", "*")):
+            raise UsageError(f"{source}: {key} takes one value, got {value!r}")
+        flag = action.option_strings[-1]
+        if action.nargs == 0:  # a switch
+            if not isinstance(value, bool):
+                raise UsageError(f"{source}: {key} takes true or false, got {value!r}")
+            typed[key] = value
+            continue
+        if isinstance(value, bool):
+            raise UsageError(f"{source}: {key} takes what {flag} takes, not {value!r}")
+        values = value if isinstance(value, list) else [value]
+        try:
+            parsed, _ = parser.parse_known_args([flag, *(str(v) for v in values)])
+        except UsageError as exc:
+            raise UsageError(f"{source}: {key}: {exc}") from None
+        typed[key] = getattr(parsed, key)
+    return typed
 
 
 def over_tuned_heuristic(task_name: str, file_knobs: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -229,6 +261,7 @@ def add_command(
     parser.add_argument("--config", help="a TOML, YAML or JSON file of settings and [group] tables of knobs")
     parser.add_argument("--run-dir", help=f"where the run is written (default runs/<time>-{name}-<task>)")
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
+    parser.set_defaults(settings_parser=parser)  # a config file's settings are read by it (`typed_settings`)
     parser.add_argument(
         "--threads",
         type=int,
