@@ -537,3 +537,24 @@ def test_a_config_file_setting_reads_as_its_flag_would() -> None:
     args, _ = build_parser().parse_known_args(["grow"])
     typed = typed_settings({"slots": "early", "max_epochs": 3, "sample": True}, args.settings_parser, "f")
     assert typed == {"slots": ["early"], "max_epochs": 3, "sample": True}
+
+
+@pytest.mark.parametrize(
+    ("command", "text", "flags", "fragments"),
+    [
+        ("heuristic", '[heuristic]\nwarmup_epochs = "x"', [], ["[heuristic] warmup_epochs takes int, got 'x'"]),
+        ("heuristic", '[host]\nwidth = "wide"', [], ["[host] width takes int or none, got 'wide'"]),
+        ("heuristic", "", ["--governor.blowup_factor", "-1"], ["blowup_factor must be > 1"]),
+        ("ppo", "", ["--ppo.learning_rate", "-1"], ["learning_rate must be > 0"]),
+    ],
+)
+def test_knobs_are_held_to_their_types_and_ranges(
+    capsys, tmp_path, command: str, text: str, flags: list[str], fragments: list[str]
+) -> None:
+    """A wrong knob type in a file was a traceback after the run directory was written; a
+    negative blow-up factor was accepted; a negative PPO learning rate crashed in AdamW."""
+    config = tmp_path / "run.toml"
+    config.write_text(text + "\n")
+    run_dir = tmp_path / "r"
+    check_usage_error(capsys, [command, "--config", str(config), *flags, "--run-dir", str(run_dir)], *fragments)
+    assert not run_dir.exists()

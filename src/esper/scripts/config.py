@@ -17,6 +17,7 @@ import enum
 import json
 import sys
 import tomllib
+import typing
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from importlib.metadata import version
@@ -220,13 +221,38 @@ def parse_knobs(
     flag or value is a one-line `UsageError`."""
     parser = knobs_parser(groups, defaults)
     try:
-        namespace = parser.instantiate(parser.parse_args(list(rest)))
+        parsed = parser.parse_args(list(rest))
+        for name, group in groups.items():
+            if isinstance(group, type) and dataclasses.is_dataclass(group):
+                check_knob_types(name, group, {f.name: parsed[f"{name}.{f.name}"] for f in dataclasses.fields(group)})
+        namespace = parser.instantiate(parsed)
     except (argparse.ArgumentError, ValueError, TypeError) as exc:  # jsonargparse's, and the dataclasses' checks
         message = " ".join(str(exc).split()).replace("<class '", "").replace("'>", "")
         if message.startswith("unrecognized arguments"):
             message += f" (knob flags are --GROUP.KNOB, groups: {' '.join(groups)}; see --help)"
         raise UsageError(message) from None
     return {name: namespace[name] for name in groups}
+
+
+SCALARS = (bool, int, float, str)
+
+
+def check_knob_types(name: str, group: Group, values: dict[str, Any]) -> None:
+    """A knob of a plain type (bool, int, float, str, or one of them or None) holds a value of
+    that type. Flags are parsed to their types, but a file's values and a checkpoint's reach the
+    dataclass as they were written (`[heuristic] warmup_epochs = "x"` was a traceback mid-run)."""
+    hints = typing.get_type_hints(group)
+    for field in dataclasses.fields(group):
+        hint, value = hints[field.name], values[field.name]
+        allowed = tuple(t for t in typing.get_args(hint) or (hint,) if t in (*SCALARS, type(None)))
+        if not allowed or len(allowed) < len(typing.get_args(hint) or (hint,)):
+            continue  # a structured type (a tuple, an enum): its own parsing checks it
+        ok = isinstance(value, allowed) and not (isinstance(value, bool) and bool not in allowed)
+        if float in allowed and isinstance(value, int) and not isinstance(value, bool):
+            ok = True
+        if not ok:
+            kinds = " or ".join("none" if t is type(None) else t.__name__ for t in allowed)
+            raise UsageError(f"[{name}] {field.name} takes {kinds}, got {value!r}")
 
 
 def knobs_help(groups: dict[str, Group]) -> str:

@@ -24,6 +24,15 @@ class GovernorConfig:
     max_consecutive_rollbacks: int = 3
     """After this many rollbacks in a row the env gives up and ends the episode."""
 
+    def __post_init__(self) -> None:
+        if not self.blowup_factor > 1.0:
+            raise ValueError(f"blowup_factor must be > 1 (a multiple of the mean loss), got {self.blowup_factor}")
+        for name in ("history", "min_history", "max_consecutive_rollbacks"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.min_history > self.history:
+            raise ValueError(f"min_history must be <= history, got {self.min_history} > {self.history}")
+
 
 def _clone(value: Any) -> Any:
     if isinstance(value, torch.Tensor):
