@@ -558,3 +558,10 @@ def test_knobs_are_held_to_their_types_and_ranges(
     run_dir = tmp_path / "r"
     check_usage_error(capsys, [command, "--config", str(config), *flags, "--run-dir", str(run_dir)], *fragments)
     assert not run_dir.exists()
+
+
+def test_eval_refuses_more_seeds_than_it_can_hold(capsys, tmp_path) -> None:
+    """`--seeds 0:1000000000000` was a MemoryError traceback."""
+    argv = ["eval", "--controllers", "static", "--seeds", "0:1000000000000", "--run-dir", str(tmp_path / "e")]
+    check_usage_error(capsys, argv, "--seeds '0:1000000000000'", "at most 100,000 seeds")
+    assert not (tmp_path / "e").exists()

@@ -57,6 +57,10 @@ def torch_build() -> dict[str, str]:
     return {"torch": torch.__version__, "cpu_capability": torch.backends.cpu.get_cpu_capability()}
 
 
+MAX_RNG_SEED = 2**63 - 1
+"""Seeds are torch generator seeds: below 2**63."""
+
+
 def check_minimum(name: str, value: int, minimum: int) -> None:
     if value < minimum:
         raise UsageError(f"{name} must be >= {minimum}, got {value}")

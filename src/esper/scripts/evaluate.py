@@ -40,6 +40,7 @@ from esper.leyline import GateThresholds
 from esper.nissa import Event, TelemetryHub
 from esper.nissa.tensorboard import EVAL_RESULT, TensorBoardBackend
 from esper.scripts.common import (
+    MAX_RNG_SEED,
     RunFailure,
     UsageError,
     check_blueprints_fit,
@@ -190,19 +191,25 @@ def add_eval_parser(sub: argparse._SubParsersAction) -> None:
     )
 
 
+MAX_EVAL_SEEDS = 100_000
+"""More held-out seeds than one eval can run (each is an episode per controller)."""
+
+
 def parse_seeds(text: str | None) -> tuple[int, ...]:
     if text is None:
         raise UsageError("--seeds A:B is required (the held-out seeds A, A+1, ..., B-1)")
     start, colon, stop = text.partition(":")
     try:
-        seeds = tuple(range(int(start), int(stop)))
+        seeds = range(int(start), int(stop))
     except ValueError:
         raise UsageError(f"--seeds {text!r}: expected A:B with integers A < B, as in Python (0:10)") from None
     if not colon or not seeds:
         raise UsageError(f"--seeds {text!r} is an empty range: expected A:B with A < B")
     if seeds[0] < 0:
         raise UsageError(f"--seeds {text!r}: seeds must be >= 0")
-    return seeds
+    if len(seeds) > MAX_EVAL_SEEDS or seeds[-1] >= MAX_RNG_SEED:
+        raise UsageError(f"--seeds {text!r}: at most {MAX_EVAL_SEEDS:,} seeds, each below {MAX_RNG_SEED:,}")
+    return tuple(seeds)
 
 
 def parse_controller(text: str) -> ControllerSpec:

@@ -26,6 +26,7 @@ import esper
 from esper.karn import episode_summary, write_atomic, write_json_atomic, write_torch_atomic
 from esper.nissa import TelemetryError
 from esper.scripts.common import (
+    MAX_RNG_SEED,
     AlreadyFinished,
     OneLineParser,
     RunFailure,
@@ -80,7 +81,6 @@ from esper.tolaria.datasets import TaskData
 from esper.tolaria.episode import EpisodeOutcome, run_episode
 
 DEFAULT_MAX_GERMINATIONS = 6
-MAX_RNG_SEED = 2**63 - 1
 RUN_FILES = ("summary.json", "events.jsonl", "config.json", "grown", "tensorboard", "episodes")
 
 
