@@ -565,3 +565,21 @@ def test_eval_refuses_more_seeds_than_it_can_hold(capsys, tmp_path) -> None:
     argv = ["eval", "--controllers", "static", "--seeds", "0:1000000000000", "--run-dir", str(tmp_path / "e")]
     check_usage_error(capsys, argv, "--seeds '0:1000000000000'", "at most 100,000 seeds")
     assert not (tmp_path / "e").exists()
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "fragment"),
+    [
+        ("events.jsonl", b'{"kind": "epoch"}\n\xff\xfe not text\n', "is not UTF-8 text"),
+        ("summary.json", b'{"episodes": [', "summary.json' is damaged"),
+        ("config.json", b"\xff", "config.json' is damaged"),
+    ],
+)
+@pytest.mark.parametrize("command", [["report"], ["watch", "--once"]])
+def test_a_damaged_run_file_is_one_line(capsys, tmp_path, name: str, content: bytes, fragment: str, command) -> None:
+    """Non-UTF-8 events and a truncated summary were tracebacks in report and watch."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "events.jsonl").write_text("")
+    (run_dir / name).write_bytes(content)
+    check_usage_error(capsys, [command[0], str(run_dir), *command[1:]], fragment)

@@ -22,7 +22,10 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     """Every complete JSON line; a run still writing may leave its last line half-written."""
     if not path.exists():
         return []
-    lines = path.read_text(encoding="utf-8").splitlines()
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as exc:
+        raise RunDirError(f"{str(path)!r} is not UTF-8 text (byte {exc.start}): not a file Esper wrote") from None
     rows = []
     for number, line in enumerate(lines):
         try:
@@ -103,6 +106,17 @@ class RunView:
         return sorted(self.episodes.values(), key=lambda e: e.last_seen)[-n:]
 
 
+def read_json(path: Path) -> Any:
+    """A JSON file of a run directory (None when absent); a `RunDirError` naming it when it is
+    damaged (written atomically, so damage is from outside Esper)."""
+    if not path.exists():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise RunDirError(f"{str(path)!r} is damaged ({type(exc).__name__}): not readable as JSON") from None
+
+
 def read_run(path: str | Path) -> RunView:
     """The run in `path`, or a `RunDirError` that names it and says what is missing."""
     path = Path(path)
@@ -112,8 +126,8 @@ def read_run(path: str | Path) -> RunView:
         raise RunDirError(
             f"{str(path)!r} is not an Esper run directory (no events.jsonl, metrics.jsonl or config.json)"
         )
-    config = json.loads((path / "config.json").read_text()) if (path / "config.json").exists() else {}
-    summary = json.loads((path / "summary.json").read_text()) if (path / "summary.json").exists() else None
+    config = read_json(path / "config.json") or {}
+    summary = read_json(path / "summary.json")
     episodes: dict[int, EpisodeTrace] = {}
     for position, event in enumerate(read_jsonl(path / "events.jsonl")):
         trace = episodes.setdefault(event["episode"], EpisodeTrace(event["episode"]))
