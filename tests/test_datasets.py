@@ -315,6 +315,19 @@ def test_text_nul_bytes(tmp_path: Path) -> None:
     assert "NUL" in str(info.value)
 
 
+@pytest.mark.parametrize("layout", ["file", "folder of one", "train and valid"])
+def test_an_empty_text_file_is_a_dataset_error(tmp_path: Path, layout: str) -> None:
+    """torch.frombuffer refused the empty buffer in a traceback."""
+    empty = tmp_path / ("x-valid.txt" if layout == "train and valid" else "empty.txt")
+    empty.write_text("")
+    if layout == "train and valid":
+        (tmp_path / "x-train.txt").write_text(tinystories_text(20))
+    given = empty if layout == "file" else tmp_path
+    with pytest.raises(DatasetError, match="is empty") as info:
+        load_text_corpus(given, block_size=16, val_fraction=0.1, test_fraction=0.1)
+    assert str(empty) in str(info.value)
+
+
 @pytest.mark.parametrize("short", ["train", "valid"])
 def test_text_too_short(tmp_path: Path, short: str) -> None:
     block = 32

@@ -440,6 +440,8 @@ def load_cifar10(data_dir: Path) -> ImageData:
 
 # --------------------------------------------------------------------------- text
 def _bytes_tensor(data: bytes) -> torch.Tensor:
+    if not data:  # torch.frombuffer refuses an empty buffer
+        return torch.empty(0, dtype=torch.int64)
     return torch.frombuffer(bytearray(data), dtype=torch.uint8).to(torch.int64)
 
 
@@ -475,6 +477,8 @@ def _read_text_file(path: Path) -> bytes:
         raise DatasetError(f"text file {str(path)!r} is not UTF-8 text (byte {exc.start})") from exc
     if b"\x00" in data:
         raise DatasetError(f"text file {str(path)!r} holds NUL bytes: not a text corpus")
+    if not data:
+        raise DatasetError(f"text file {str(path)!r} is empty: a text corpus needs text")
     return data
 
 
