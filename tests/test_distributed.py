@@ -16,9 +16,9 @@ import torch.multiprocessing as mp
 
 from esper.simic import morphogenetic_envs as menvs
 from esper.simic.distributed import (
+    attempt_prefix,
     init_distributed,
     merge_observations,
-    restart_store_warning,
     shutdown_distributed,
 )
 from esper.simic.normalizer import RunningMeanStd
@@ -183,10 +183,8 @@ def test_a_crash_on_one_rank_ends_the_job_with_a_nonzero_exit(tmp_path: Path) ->
     assert "rank 1 fails" in result.stderr
 
 
-def test_restarts_through_torchruns_shared_store_are_warned_about_and_the_fix_named() -> None:
-    shared = {"TORCHELASTIC_MAX_RESTARTS": "2", "TORCHELASTIC_USE_AGENT_STORE": "True"}
-    warning = restart_store_warning(shared)
-    assert warning is not None and "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1" in warning
-    assert restart_store_warning({**shared, "TORCHELASTIC_USE_AGENT_STORE": "False"}) is None  # the variable was set
-    assert restart_store_warning({**shared, "TORCHELASTIC_MAX_RESTARTS": "0"}) is None  # nothing restarts
-    assert restart_store_warning({}) is None  # not under torchrun
+def test_each_launch_attempt_meets_under_its_own_store_prefix() -> None:
+    """torchrun's shared store outlives a restart: the restarted group must not read the last
+    attempt's keys (tests/test_elastic.py restarts through it, without any variable set)."""
+    assert attempt_prefix({}) == "esper/attempt-0"
+    assert attempt_prefix({"TORCHELASTIC_RESTART_COUNT": "2"}) == "esper/attempt-2"

@@ -29,9 +29,10 @@ PPO = ["-m", "esper", "ppo", "--episodes", "8", "--n-envs", "1", "--max-epochs",
 def launch(run_dir: Path, restarts: int) -> subprocess.Popen:
     command = [TORCHRUN, "--standalone", "--nproc-per-node=2", f"--max-restarts={restarts}"]
     command += [*PPO, "--resume", "last", "--run-dir", str(run_dir)]
-    # A fresh store per attempt: torchrun's shared one keeps the last attempt's addresses, and the
-    # restarted group failed or hung connecting to them (esper.simic.distributed.restart_store_warning).
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+    # The plain launch line: torchrun's shared store keeps the last attempt's keys, and each
+    # attempt's group meets under its own prefix (esper.simic.distributed.attempt_prefix).
+    env = {k: v for k, v in os.environ.items() if k != "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"}
+    env["OMP_NUM_THREADS"] = "1"
     return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 

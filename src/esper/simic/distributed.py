@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import datetime
 import os
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -92,40 +91,31 @@ class DistContext:
 SINGLE_PROCESS = DistContext()
 
 
-def restart_store_warning(environ: Mapping[str, str]) -> str | None:
-    """Why a restarted group may not connect, for a worker of `torchrun --max-restarts N`
-    whose launcher shares its rendezvous store with the workers (torchrun's default).
-
-    That store outlives a restart, and the restarted group can read the addresses the previous
-    attempt published under the same keys: its first connect then fails ("Connection refused")
-    or hangs (pytorch/pytorch#135712; seen with torch 2.13 on one node, where 3 of 6 restarts
-    failed). With the variable below set for torchrun, each attempt gets a fresh store."""
-    if int(environ.get("TORCHELASTIC_MAX_RESTARTS", "0") or 0) <= 0:
-        return None
-    if environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
-        return None
-    return (
-        "torchrun --max-restarts shares its rendezvous store with the restarted workers, which can then "
-        "fail or hang connecting (pytorch/pytorch#135712): launch torchrun with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1"
-    )
+def attempt_prefix(environ: Mapping[str, str]) -> str:
+    """The store prefix of this launch attempt: `torchrun --max-restarts N` restarts every rank
+    with `TORCHELASTIC_RESTART_COUNT` one higher, and by default shares its rendezvous store
+    with the workers. That store outlives a restart, and a restarted group that used the same
+    keys read the previous attempt's addresses: its first connect failed or hung
+    (pytorch/pytorch#135712; on one node with torch 2.13, 3 of 6 restarts). Under a prefix of
+    its own, each attempt's group meets only its own keys, so the plain launch line works."""
+    return f"esper/attempt-{environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
 
 
 def init_distributed(device: torch.device) -> DistContext:
     """Join the process group when started by `torchrun` (WORLD_SIZE > 1); otherwise run alone.
 
-    The backend follows the policy's device: NCCL for CUDA, gloo for CPU. Rank 0 warns, once
-    per attempt, when torchrun's restarts would reuse a stale store (`restart_store_warning`)."""
+    The backend follows the policy's device: NCCL for CUDA, gloo for CPU. The group meets in
+    torchrun's store under a prefix per launch attempt (`attempt_prefix`)."""
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     if world_size <= 1:
         return DistContext()
-    warning = restart_store_warning(os.environ)
-    if warning is not None and os.environ.get("RANK") == "0":
-        print(f"esper: warning: {warning}", file=sys.stderr, flush=True)
     backend = "nccl" if device.type == "cuda" else "gloo"
     if device.type == "cuda":
         torch.cuda.set_device(device)  # object collectives and NCCL use the current device
     if not dist.is_initialized():
-        dist.init_process_group(backend=backend, timeout=COLLECTIVE_TIMEOUT)
+        store, rank, size = next(dist.rendezvous("env://", timeout=COLLECTIVE_TIMEOUT))
+        store = dist.PrefixStore(attempt_prefix(os.environ), store)
+        dist.init_process_group(backend=backend, store=store, rank=rank, world_size=size, timeout=COLLECTIVE_TIMEOUT)
     return DistContext(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")), device)
 
 
