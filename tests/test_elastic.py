@@ -26,13 +26,16 @@ pytestmark = [
 PPO = ["-m", "esper", "ppo", "--episodes", "8", "--n-envs", "1", "--max-epochs", "1", "--device", "cpu", "--quiet"]
 
 
-def launch(run_dir: Path, restarts: int) -> subprocess.Popen:
+def launch(run_dir: Path, restarts: int, fresh_store: bool = False) -> subprocess.Popen:
     command = [TORCHRUN, "--standalone", "--nproc-per-node=2", f"--max-restarts={restarts}"]
     command += [*PPO, "--resume", "last", "--run-dir", str(run_dir)]
     # The plain launch line: torchrun's shared store keeps the last attempt's keys, and each
-    # attempt's group meets under its own prefix (esper.simic.distributed.attempt_prefix).
+    # attempt's group meets under its own prefix (esper.simic.distributed.attempt_prefix). With
+    # TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 each attempt has a fresh store of its own.
     env = {k: v for k, v in os.environ.items() if k != "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"}
     env["OMP_NUM_THREADS"] = "1"
+    if fresh_store:
+        env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
     return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -65,13 +68,14 @@ def rows(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.endswith("}")]
 
 
-def test_a_rank_killed_mid_run_is_restarted_and_the_job_completes_exactly(tmp_path: Path) -> None:
+@pytest.mark.parametrize("fresh_store", [False, True], ids=["shared store", "fresh store per attempt"])
+def test_a_rank_killed_mid_run_is_restarted_and_the_job_completes_exactly(tmp_path: Path, fresh_store: bool) -> None:
     whole, killed = tmp_path / "whole", tmp_path / "killed"
     uninterrupted = launch(whole, restarts=0)
     _, err = uninterrupted.communicate(timeout=600)
     assert uninterrupted.returncode == 0, err[-2000:]
 
-    job = launch(killed, restarts=2)
+    job = launch(killed, restarts=2, fresh_store=fresh_store)
     deadline = time.monotonic() + 300
     while len(rows(killed)) < 2 and job.poll() is None and time.monotonic() < deadline:
         time.sleep(0.1)
