@@ -545,7 +545,7 @@ def test_a_config_file_setting_reads_as_its_flag_would() -> None:
         ("heuristic", '[heuristic]\nwarmup_epochs = "x"', [], ["[heuristic] warmup_epochs takes int, got 'x'"]),
         ("heuristic", '[host]\nwidth = "wide"', [], ["[host] width takes int or none, got 'wide'"]),
         ("heuristic", "", ["--governor.blowup_factor", "-1"], ["blowup_factor must be > 1"]),
-        ("ppo", "", ["--ppo.learning_rate", "-1"], ["learning_rate must be > 0"]),
+        ("ppo", "", ["--ppo.learning_rate", "-1"], ["learning_rate must be >= 0"]),
     ],
 )
 def test_knobs_are_held_to_their_types_and_ranges(

@@ -54,10 +54,10 @@ class PPOConfig:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if not 0.0 <= self.gamma <= 1.0 or not 0.0 <= self.gae_lambda <= 1.0:
             raise ValueError(f"gamma and gae_lambda must be in [0, 1], got {self.gamma}, {self.gae_lambda}")
-        for name in ("learning_rate", "clip_coef", "max_grad_norm"):
+        for name in ("clip_coef", "max_grad_norm"):
             if not getattr(self, name) > 0.0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
-        for name in ("vf_coef", "ent_coef", "ent_coef_final"):
+        for name in ("learning_rate", "vf_coef", "ent_coef", "ent_coef_final"):  # a rate of 0 freezes the policy
             if getattr(self, name) < 0.0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.target_kl is not None and not self.target_kl > 0.0:
