@@ -13,7 +13,7 @@ from torch.func import functional_call
 from esper.kasmina.blueprints import Topology, WidthBlueprint, get_blueprint
 from esper.kasmina.isolation import straight_through
 from esper.kasmina.lifecycle import GateInputs, SlotLifecycle, StageChange
-from esper.kasmina.width import Inflow, WidthSite
+from esper.kasmina.width import Inflow, WidthSite, fitted
 from esper.leyline import BlendSchedule, GateThresholds, SeedStage, SlotId
 
 if TYPE_CHECKING:
@@ -46,17 +46,9 @@ class SeedJoin:
             u, a = u.detach(), a.detach()
         hidden, out = self.run(u, a)
         if out is not None:
-            self.inflow = lambda z: joined(z, self._fit(self.seed.to_next(out), z), self.weight)
+            # zeros for the next layer's outputs that a merge added after the seed was built
+            self.inflow = lambda z: joined(z, fitted(self.seed.to_next(out), z.shape, 0), self.weight)
         return joined(y, self.seed.to_pair(hidden), self.weight)
-
-    @staticmethod
-    def _fit(contribution: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
-        """Zeros for the next layer's outputs a merge added after the seed was built."""
-        extra = z.shape[1] - contribution.shape[1]
-        if extra == 0:
-            return contribution
-        zeros = contribution.new_zeros(contribution.shape[0], extra, *contribution.shape[2:])
-        return torch.cat([contribution, zeros], 1)
 
 
 class SeedSlot(nn.Module):
