@@ -1,17 +1,24 @@
-"""How PPO training scales: host-epochs per second with 1, 2, 4 and 8 envs on one device, and the
-policy-DDP efficiency of 2 ranks against 1 (gloo on CPU, NCCL when `--device cuda`).
+"""How PPO training scales on one device: host-epochs per second as envs are added, how busy the
+GPU is, PPO env-steps per second, and (`--ddp`) the policy-DDP efficiency of 2 ranks against 1.
 
 - envs: every env trains its host one epoch on the shared batches (`MorphogeneticEnvs.train_epoch`
-  phase, all envs WAITing, so the work per epoch is the bare host's); the figure is host-epochs
-  per second.
-- DDP: `--rounds` PPO rounds of `--ddp-envs` envs per rank, each rank in its own process with one
-  thread, timed between barriers; efficiency = throughput(2 ranks) / (2 x throughput(1 rank)).
-  On a machine with fewer free cores than ranks x threads this measures contention, not DDP.
-  With one GPU the 2-rank figure is skipped (NCCL needs a device per rank).
-- on CUDA, `gpu_busy`: the fraction of one epoch's wall time that the GPU runs kernels, and the
-  kernel launches per env-epoch, with 1 and 4 envs (under the profiler, so a little low).
+  phase, all envs WAITing, so the work per epoch is the bare host's, its measurement included);
+  the figure is host-epochs per second, for each path: `graphs` (CUDA graphs of the training step
+  and the measurement, `esper.tolaria.graphs`) and `eager` (every kernel launched from Python).
+  On the CPU the two are one code path, so only `eager` is measured there.
+- gpu_busy (CUDA): over one timed epoch under the profiler, the fraction of wall time at least
+  one kernel runs (the union of kernel intervals), the kernel time summed over streams per wall
+  second (above 1 when streams overlap), and the CPU-side launches (kernels and graphs) per env-epoch.
+- ppo: `--ppo-rounds` PPO rounds of `--ppo-envs` envs, episodes of `--ppo-epochs` host epochs
+  (the lifecycle, re-captures and policy update included), timed after one warm-up round;
+  env-steps per second for each path.
+- DDP (`--ddp`): `--rounds` PPO rounds of `--ddp-envs` envs per rank, each rank in its own process
+  with one thread, timed between barriers; efficiency = throughput(2 ranks) / (2 x throughput(1
+  rank)). On a machine with fewer free cores than ranks x threads this measures contention, not
+  DDP. With one GPU the 2-rank figure is skipped (NCCL needs a device per rank).
 
-Prints one JSON object. Usage: python benchmarks/scaling.py [--device cpu] [--epochs 3]
+Prints one JSON object (and writes it to `--out`). Usage: python benchmarks/scaling.py
+[--device cuda] [--envs 1,2,4,8,16,32] [--epochs 3] [--ddp]
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ import socket
 import sys
 import tempfile
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import torch
@@ -35,52 +43,92 @@ from esper.simic import morphogenetic_envs as menvs
 from esper.simic.distributed import SINGLE_PROCESS, init_distributed, shutdown_distributed
 from esper.tolaria import EnvConfig, get_task
 
+PATHS = ("graphs", "eager")
 
-def make_trainer(n_envs: int, device: torch.device, max_epochs: int, ctx=SINGLE_PROCESS, rng_seed: int = 0):
+
+def make_trainer(
+    n_envs: int, device: torch.device, max_epochs: int, ctx=SINGLE_PROCESS, rng_seed: int = 0, graphs: bool = True
+):
     task = get_task("shapes")
     slots = task.slot_names
     config = menvs.TrainerConfig(episodes=10**6, n_envs=n_envs, rng_seed=rng_seed)
-    env_config = EnvConfig(task, device, max_epochs, slots, max_germinations=6)
+    env_config = EnvConfig(task, device, max_epochs, slots, max_germinations=6, cuda_graphs=graphs)
     return menvs.build_trainer(config, env_config, task.load_data(None), [device], device, ctx=ctx)
 
 
-def host_epochs_per_second(n_envs: int, device: torch.device, epochs: int) -> float:
-    envs, _ = make_trainer(n_envs, device, max_epochs=epochs + 1)
-    envs.begin_round()
-    ids = list(range(n_envs))
-    envs.train_epoch(ids, [Decision.wait()] * n_envs)  # warm-up
+def synchronize(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+def host_epochs_per_second(n_envs: int, device: torch.device, epochs: int, graphs: bool) -> float:
+    """Timed after two warm-up epochs (the first runs eagerly and captures; the second replays)."""
+    envs, _ = make_trainer(n_envs, device, max_epochs=epochs + 2, graphs=graphs)
+    envs.begin_round()
+    ids = list(range(n_envs))
+    for _ in range(2):
+        envs.train_epoch(ids, [Decision.wait()] * n_envs)
+    synchronize(device)
     start = time.perf_counter()
     for _ in range(epochs):
         envs.train_epoch(ids, [Decision.wait()] * n_envs)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+    synchronize(device)
     return n_envs * epochs / (time.perf_counter() - start)
 
 
-def gpu_busy_fraction(n_envs: int, device: torch.device) -> dict[str, float]:
-    """Kernel time / wall time over one timed epoch of `n_envs` envs, under the profiler.
+def union_seconds(intervals: list[tuple[float, float]]) -> float:
+    """Total length covered by (start, end) intervals, overlaps counted once."""
+    total, reach = 0.0, float("-inf")
+    for start, end in sorted(intervals):
+        if end > reach:
+            total += end - max(start, reach)
+            reach = end
+    return total
+
+
+def gpu_busy(n_envs: int, device: torch.device, graphs: bool) -> dict[str, float]:
+    """How busy the GPU is over one timed epoch of `n_envs` envs, under the profiler.
 
     Why: host-epochs per second alone cannot say whether a GPU is saturated or idle between
     launches; the fraction of wall time its kernels run (and the launches per env-epoch) can.
     """
+    from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
-    envs, _ = make_trainer(n_envs, device, max_epochs=3)
+    envs, _ = make_trainer(n_envs, device, max_epochs=4, graphs=graphs)
     envs.begin_round()
     ids = list(range(n_envs))
-    envs.train_epoch(ids, [Decision.wait()] * n_envs)  # warm-up
-    torch.cuda.synchronize(device)
+    for _ in range(2):
+        envs.train_epoch(ids, [Decision.wait()] * n_envs)
+    synchronize(device)
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         start = time.perf_counter()
         envs.train_epoch(ids, [Decision.wait()] * n_envs)
-        torch.cuda.synchronize(device)
+        synchronize(device)
         wall = time.perf_counter() - start
-    events = prof.key_averages()
-    kernel_seconds = sum(e.self_device_time_total for e in events) / 1e6
-    launches = sum(e.count for e in events if e.key.startswith("cudaLaunchKernel"))
-    return {"busy_fraction": round(kernel_seconds / wall, 3), "kernel_launches_per_env_epoch": launches // n_envs}
+    kernels = [e for e in prof.events() if e.device_type == DeviceType.CUDA and not e.name.lower().startswith("mem")]
+    intervals = [(e.time_range.start / 1e6, e.time_range.end / 1e6) for e in kernels]
+    launches = sum(
+        e.count for e in prof.key_averages() if e.key in ("cudaLaunchKernel", "cudaLaunchKernelExC", "cudaGraphLaunch")
+    )
+    return {
+        "busy_fraction": round(union_seconds(intervals) / wall, 3),
+        "kernel_seconds_per_wall_second": round(sum(end - start for start, end in intervals) / wall, 3),
+        "launches_per_env_epoch": launches // n_envs,
+        "wall_seconds": round(wall, 3),
+    }
+
+
+def ppo_steps_per_second(n_envs: int, device: torch.device, epochs: int, rounds: int, graphs: bool) -> float:
+    """PPO env-steps per second over `rounds` rounds, after one warm-up round."""
+    envs, learner = make_trainer(n_envs, device, max_epochs=epochs, graphs=graphs)
+    menvs.run_round(envs, learner)
+    synchronize(device)
+    steps_before, start = learner.global_step, time.perf_counter()
+    for _ in range(rounds):
+        menvs.run_round(envs, learner)
+    synchronize(device)
+    return (learner.global_step - steps_before) / (time.perf_counter() - start)
 
 
 def ddp_worker(rank: int, world_size: int, port: int, rounds: int, n_envs: int, device: str, out: str) -> None:
@@ -124,35 +172,73 @@ def ddp_throughput(world_size: int, rounds: int, n_envs: int, device: str) -> fl
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--envs", default="1,2,4,8", help="env counts, comma-separated (the issue's: 1,2,4,8,16,32)")
     parser.add_argument("--epochs", type=int, default=3, help="timed host epochs per env count")
+    parser.add_argument("--eager-envs", default=None, help="env counts for the eager path (default: --envs)")
+    parser.add_argument("--busy-envs", default="1,8", help="env counts profiled for gpu_busy (CUDA)")
+    parser.add_argument("--ppo-envs", type=int, default=8)
+    parser.add_argument("--ppo-epochs", type=int, default=4, help="host epochs per PPO episode")
+    parser.add_argument("--ppo-rounds", type=int, default=1, help="timed PPO rounds (0: skip)")
+    parser.add_argument("--ddp", action="store_true", help="also measure policy-DDP efficiency (2 ranks vs 1)")
     parser.add_argument("--rounds", type=int, default=3, help="timed PPO rounds per DDP configuration")
     parser.add_argument("--ddp-envs", type=int, default=2, help="envs per rank in the DDP measurement")
+    parser.add_argument("--out", type=Path, default=None, help="also write the JSON here")
     args = parser.parse_args()
     device = torch.device(args.device)
-    envs = {str(n): round(host_epochs_per_second(n, device, args.epochs), 3) for n in (1, 2, 4, 8)}
+    counts = [int(n) for n in args.envs.split(",")]
+    eager_counts = [int(n) for n in (args.eager_envs or args.envs).split(",")]
+    paths = PATHS if device.type == "cuda" else ("eager",)
+    figures: dict = {
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "device": str(device),
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor(),
+        "threads": torch.get_num_threads(),
+        "cpu_count": os.cpu_count(),
+        **torch_build(),
+        "host_epochs_per_second": {},
+    }
+    for path in paths:
+        ns = counts if path == "graphs" or device.type != "cuda" else eager_counts
+        rates = {str(n): round(host_epochs_per_second(n, device, args.epochs, path == "graphs"), 3) for n in ns}
+        figures["host_epochs_per_second"][path] = rates
+        print(json.dumps({path: rates}), file=sys.stderr, flush=True)
+    first = figures["host_epochs_per_second"][paths[0]]
+    figures["speedup_over_one_env"] = {n: round(r / first[str(counts[0])], 3) for n, r in first.items()}
+    if device.type == "cuda":
+        busy_counts = [int(n) for n in args.busy_envs.split(",")]
+        figures["gpu_busy"] = {p: {str(n): gpu_busy(n, device, p == "graphs") for n in busy_counts} for p in paths}
+    if args.ppo_rounds:
+        ppo = {
+            p: ppo_steps_per_second(args.ppo_envs, device, args.ppo_epochs, args.ppo_rounds, p == "graphs")
+            for p in paths
+        }
+        figures["ppo"] = {"envs": args.ppo_envs, "episode_epochs": args.ppo_epochs, "rounds": args.ppo_rounds}
+        figures["ppo"]["env_steps_per_second"] = {p: round(v, 3) for p, v in ppo.items()}
+        if len(paths) == 2:
+            figures["ppo"]["graphs_over_eager"] = round(ppo["graphs"] / ppo["eager"], 3)
+    if args.ddp:
+        figures.update(ddp_figures(args))
+    text = json.dumps(figures)
+    if args.out is not None:
+        args.out.write_text(text + "\n")
+    print(text)
+    return 0
+
+
+def ddp_figures(args: argparse.Namespace) -> dict:
     threads = torch.get_num_threads()
     one = ddp_throughput(1, args.rounds, args.ddp_envs, args.device)
     torch.set_num_threads(threads)
-    figures = {
-        "device": str(device),
-        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor(),
-        "host_epochs_per_second": envs,
-        "ddp_steps_per_second": {"1": round(one, 3)},
-        "cpu_count": os.cpu_count(),
-        **torch_build(),
-    }
-    if device.type == "cuda":
-        figures["gpu_busy"] = {str(n): gpu_busy_fraction(n, device) for n in (1, 4)}
+    figures: dict = {"ddp_steps_per_second": {"1": round(one, 3)}}
     # NCCL refuses two ranks on one GPU, so the 2-rank figure needs a second device.
-    if device.type == "cuda" and torch.cuda.device_count() < 2:
+    if args.device.startswith("cuda") and torch.cuda.device_count() < 2:
         figures["ddp_efficiency"] = None
         figures["ddp_skipped"] = f"needs 2 CUDA devices, found {torch.cuda.device_count()}"
     else:
         two = ddp_throughput(2, args.rounds, args.ddp_envs, args.device)
         figures["ddp_steps_per_second"]["2"] = round(two, 3)
         figures["ddp_efficiency"] = round(two / (2 * one), 3)
-    print(json.dumps(figures))
-    return 0
+    return figures
 
 
 if __name__ == "__main__":

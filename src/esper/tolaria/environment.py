@@ -71,6 +71,10 @@ class EnvConfig:
     host_width: int | None = None
     """Build the task's host at this width instead of its default (a static host enlarged to a
     grown host's size)."""
+    cuda_graphs: bool = True
+    """On CUDA, replay the training step and the selection measurement as CUDA graphs
+    (`esper.tolaria.graphs`); without fp16 and `compile_backend` only, which run eagerly. No
+    effect on the CPU."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.device, torch.device):
@@ -140,7 +144,8 @@ class MorphogeneticEnv:
         """`first_seed_number` numbers this env's first seed (a resumed run continues the
         numbering of the seeds its finished episodes grew)."""
         self.config = config
-        self.passes = DevicePasses(config.device, data, config.amp)
+        graphs = config.cuda_graphs and config.amp != "fp16" and config.compile_backend is None
+        self.passes = DevicePasses(config.device, data, config.amp, graphs)
         self.compute = ComputeMeter(self.passes.data, config.device)
         self.clock = EnvClock()
         self.events = EnvEvents(emit or (lambda event: None), self.clock)
@@ -213,8 +218,8 @@ class MorphogeneticEnv:
         try:
             changes = self.seeds.execute(decision, self._last_val)
             self.optimizers.set_epoch(self.clock.epoch, self.config.max_epochs)
-            with self.passes.on_stream():  # its accumulators are zeroed on the stream that updates them
-                training = TrainingEpoch(self.model, self.optimizers.all(), self.config.amp, self.scaler, self._forward)
+            # its accumulators are zeroed on the stream that updates them
+            training = self.passes.open_epoch(self.model, self.optimizers.all(), self.scaler, self._forward)
         except BaseException:
             self._undo(epoch_before)
             raise

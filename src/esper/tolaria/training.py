@@ -25,13 +25,14 @@ Precision = str
 """An `--amp` choice: a key of PRECISIONS."""
 
 
-def autocast(amp: Precision | None, device: torch.device) -> contextlib.AbstractContextManager:
+def autocast(amp: Precision | None, device: torch.device, cache: bool = True) -> contextlib.AbstractContextManager:
     """Autocast to `amp`'s dtype on `device`, or nothing. Each training or validation pass enters
     its own context, and leaving it drops autocast's weight-cast cache, so a no-grad validation
-    pass never leaves casts that a later training forward would reuse."""
+    pass never leaves casts that a later training forward would reuse. `cache=False` for a pass
+    captured in a CUDA graph, which must not keep casts between replays (the casts are the same)."""
     if amp is None:
         return contextlib.nullcontext()
-    return torch.autocast(device_type=device.type, dtype=PRECISIONS[amp])
+    return torch.autocast(device_type=device.type, dtype=PRECISIONS[amp], cache_enabled=cache)
 
 
 def loss_and_correct(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -64,6 +65,17 @@ class ValidationStats:
     ablated_loss: dict[str, float] = field(default_factory=dict)
     """Mean loss with each blended slot's alpha forced to 0, by slot."""
 
+    @classmethod
+    def from_sums(cls, values: list[float], n_items: int, ablate: tuple[str, ...]) -> ValidationStats:
+        """The statistics from `validation_sums`'s sums, read back to the host."""
+        k = len(ablate)
+        return cls(
+            loss=values[0] / n_items,
+            accuracy=100.0 * values[1] / n_items,
+            ablated_accuracy={name: 100.0 * v / n_items for name, v in zip(ablate, values[2 : 2 + k], strict=True)},
+            ablated_loss={name: v / n_items for name, v in zip(ablate, values[2 + k :], strict=True)},
+        )
+
     def contribution(self, slot: str) -> float | None:
         """Accuracy with the seed minus without it, in points: what the gates read."""
         ablated = self.ablated_accuracy.get(slot)
@@ -84,6 +96,30 @@ def seed_gradient_norm(seed: nn.Module) -> torch.Tensor:
     return torch.nn.utils.get_total_norm(grads)
 
 
+@dataclass(frozen=True)
+class EpochSums:
+    """An epoch's running sums on the device: the loss summed over steps, the correct
+    predictions, and each seed's gradient norm summed over steps. A CUDA graph of the training
+    step writes into one set across epochs (`esper.tolaria.graphs`), so they are zeroed in place."""
+
+    loss: torch.Tensor
+    correct: torch.Tensor
+    seed_grad_norms: torch.Tensor
+
+    @classmethod
+    def zeros(cls, n_seeds: int, device: torch.device) -> EpochSums:
+        return cls(
+            torch.zeros((), device=device),
+            torch.zeros((), device=device, dtype=torch.int64),
+            torch.zeros(n_seeds, device=device),
+        )
+
+    def zero_(self) -> EpochSums:
+        for tensor in (self.loss, self.correct, self.seed_grad_norms):
+            tensor.zero_()
+        return self
+
+
 class TrainingEpoch:
     """One training epoch fed a batch at a time, with every running sum kept on the device.
 
@@ -101,27 +137,40 @@ class TrainingEpoch:
         amp: Precision | None = None,
         scaler: torch.amp.GradScaler | None = None,
         forward: Callable[[torch.Tensor], torch.Tensor] | None = None,
+        sums: EpochSums | None = None,
+        autocast_cache: bool = True,
     ) -> None:
         """`amp` runs forward and loss under autocast; `scaler` (fp16: the env's own) scales the
         loss, is unscaled before gradients are inspected, and skips steps with inf/NaN grads.
         `forward` replaces `model(x)` (a `torch.compile`d model); everything around it, autocast
-        and the optimizer steps included, stays outside the compiled region."""
+        and the optimizer steps included, stays outside the compiled region. `sums`: the
+        running sums to zero and add into (those a CUDA graph of the step writes), else new ones."""
         self.model, self.optimizers = model, optimizers
         self.forward = forward if forward is not None else model
-        self.amp, self.scaler = amp, scaler
+        self.amp, self.scaler, self.autocast_cache = amp, scaler, autocast_cache
         self.seeded = [s for s in model.ordered_slots() if s.seed is not None]
         device = next(model.parameters()).device
-        self.loss_sum = torch.zeros((), device=device)
-        self.correct = torch.zeros((), device=device, dtype=torch.int64)
-        self.grad_sums = torch.zeros(len(self.seeded), device=device)
+        self.sums = sums.zero_() if sums is not None else EpochSums.zeros(len(self.seeded), device)
         self.n_steps, self.n_items, self.n_samples = 0, 0, 0
         """Steps, targets (tokens of an LM) and samples (images, windows) trained on."""
 
     def step(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        """One optimisation step on (x, y)."""
+        self.device_step(x, y)
+        self.count(x, y)
+
+    def count(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        """Count a step whose device work ran (eagerly, or as a graph replay)."""
+        self.n_steps += 1
+        self.n_items += y.numel()
+        self.n_samples += x.shape[0]
+
+    def device_step(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        """The step's device work, with no host-device sync: what a CUDA graph captures."""
         self.model.train()
         for opt in self.optimizers:
             opt.zero_grad(set_to_none=True)
-        with autocast(self.amp, x.device):
+        with autocast(self.amp, x.device, self.autocast_cache):
             loss, batch_correct = loss_and_correct(self.forward(x), y)
         if self.scaler is not None:
             self.scaler.scale(loss).backward()
@@ -135,7 +184,7 @@ class TrainingEpoch:
                 # An overflowing fp16 step is skipped by the scaler, not a diverging seed: it
                 # adds nothing to the norms (the epoch mean then slightly underestimates them).
                 norms = torch.where(torch.isfinite(norms), norms, torch.zeros_like(norms))
-            self.grad_sums += norms
+            self.sums.seed_grad_norms.add_(norms)
         for opt in self.optimizers:
             if self.scaler is not None:
                 self.scaler.step(opt)
@@ -143,11 +192,8 @@ class TrainingEpoch:
                 opt.step()
         if self.scaler is not None:
             self.scaler.update()
-        self.loss_sum += loss.detach()
-        self.correct += batch_correct
-        self.n_steps += 1
-        self.n_items += y.numel()
-        self.n_samples += x.shape[0]
+        self.sums.loss.add_(loss.detach())
+        self.sums.correct.add_(batch_correct)
 
     def finish(self) -> TrainStats:
         """The epoch's statistics, read back with the one host-device sync of the epoch."""
@@ -155,9 +201,10 @@ class TrainingEpoch:
             raise ValueError("the training data yielded no batch: the dataset is smaller than one batch")
         finite = [s.finite_flag() for s in self.seeded]
         host_finite = torch.stack([torch.isfinite(p).all() for p in self.model.host_parameters()]).all()
-        head = torch.stack([self.loss_sum, self.correct.float(), host_finite.float()])
-        flags = torch.stack(finite).float() if finite else self.grad_sums.new_zeros(0)
-        packed = torch.cat([head, self.grad_sums, flags]).tolist()
+        sums = self.sums
+        head = torch.stack([sums.loss, sums.correct.float(), host_finite.float()])
+        flags = torch.stack(finite).float() if finite else sums.seed_grad_norms.new_zeros(0)
+        packed = torch.cat([head, sums.seed_grad_norms, flags]).tolist()
         names = [s.slot_id.name for s in self.seeded]
         k = len(names)
         return TrainStats(
@@ -227,7 +274,11 @@ class ArmStatistics:
 
 @torch.no_grad()
 def recalibrate_batchnorm(
-    model: MorphogeneticModel, batches: Iterable[Batch], ablate: tuple[str, ...], amp: Precision | None = None
+    model: MorphogeneticModel,
+    batches: Iterable[Batch],
+    ablate: tuple[str, ...],
+    amp: Precision | None = None,
+    autocast_cache: bool = True,
 ) -> ArmStatistics:
     """Recompute the BatchNorm statistics of the model and of each ablated arm on `batches`.
 
@@ -252,7 +303,7 @@ def recalibrate_batchnorm(
         for x, _ in _nonempty(batches, "calibration"):
             buffers = model_moments.fresh_buffers()
             arm_buffers = {name: moments.fresh_buffers() for name, moments in arm_moments.items()}
-            with autocast(amp, x.device):
+            with autocast(amp, x.device, autocast_cache):
                 model.forward_with_ablations(x, ablate, buffers, arm_buffers)
             model_moments.absorb(buffers, x.shape[0])
             for name, moments in arm_moments.items():
@@ -279,19 +330,34 @@ def validate(
     then runs the model once, and each ablation reruns only the part of the network after its
     slot (see `MorphogeneticModel.forward_with_ablations`), each with its own statistics.
     """
+    sums, n_items = validation_sums(model, batches, ablate, amp, calibration)
+    return ValidationStats.from_sums(sums.tolist(), n_items, ablate)  # the one sync of the pass
+
+
+@torch.no_grad()
+def validation_sums(
+    model: MorphogeneticModel,
+    batches: Iterable[Batch],
+    ablate: tuple[str, ...],
+    amp: Precision | None = None,
+    calibration: Iterable[Batch] | None = None,
+    autocast_cache: bool = True,
+) -> tuple[torch.Tensor, int]:
+    """`validate`'s device work, with no host-device sync (what a CUDA graph of the measurement
+    captures): the sums `ValidationStats.from_sums` reads, and the count of targets."""
     if calibration is None:
         if model.batchnorm_layers():
             raise ValueError("the model has BatchNorm layers: validate needs calibration batches (training split)")
         stats = ArmStatistics({}, {})
     else:
-        stats = recalibrate_batchnorm(model, calibration, ablate, amp)
+        stats = recalibrate_batchnorm(model, calibration, ablate, amp, autocast_cache)
     model.eval()
     device = next(model.parameters()).device
     k = len(ablate)
     sums = torch.zeros(2 + 2 * k, device=device)  # loss * n, correct, then correct and loss * n per ablation
     n_items = 0
     for x, y in _nonempty(batches, "validation"):
-        with autocast(amp, x.device):
+        with autocast(amp, x.device, autocast_cache):
             logits, ablated = model.forward_with_ablations(x, ablate, stats.model, stats.ablated)
         loss, correct = loss_and_correct(logits, y)
         arms = [loss_and_correct(ablated[name], y) for name in ablate]
@@ -299,13 +365,7 @@ def validate(
         ablated_loss = [arm_loss * y.numel() for arm_loss, _ in arms]
         sums += torch.stack([loss * y.numel(), correct.float(), *ablated_correct, *ablated_loss]).float()
         n_items += y.numel()
-    values = sums.tolist()  # the one sync of the pass
-    return ValidationStats(
-        loss=values[0] / n_items,
-        accuracy=100.0 * values[1] / n_items,
-        ablated_accuracy={name: 100.0 * v / n_items for name, v in zip(ablate, values[2 : 2 + k], strict=True)},
-        ablated_loss={name: v / n_items for name, v in zip(ablate, values[2 + k :], strict=True)},
-    )
+    return sums, n_items
 
 
 def _nonempty(batches: Iterable[Batch], what: str) -> Iterator[Batch]:

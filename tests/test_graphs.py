@@ -1,0 +1,145 @@
+"""The CUDA-graph path's CPU-testable parts: what re-captures a graph (its signature) and the
+running sums a graph writes across epochs. Replay itself is tested in tests/cuda/test_graphs.py."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conftest import make_env
+from esper.leyline import Decision, LifecycleOp, SeedStage
+from esper.tolaria import graphs
+from esper.tolaria.graphs import signature
+from esper.tolaria.training import EpochSums, TrainingEpoch
+
+
+def current_signature(env):
+    return signature(env.model, env.optimizers.all())
+
+
+def test_the_signature_holds_over_waiting_epochs_and_the_learning_rate_schedule() -> None:
+    env = make_env(max_epochs=5)
+    env.reset(0)
+    env.step(Decision.wait())
+    before = current_signature(env)
+    lrs = [g["lr"] for g in env.optimizers.host.param_groups]
+    env.step(Decision.wait())
+    assert [g["lr"] for g in env.optimizers.host.param_groups] != lrs  # the cosine schedule moved
+    assert current_signature(env) == before
+
+
+def test_every_lifecycle_change_changes_the_signature() -> None:
+    """Germination, each blending epoch's alpha, and fossilization each re-capture."""
+    env = make_env(max_epochs=14)
+    env.reset(0)
+    seen = [current_signature(env)]
+    stages = []
+    env.step(Decision(LifecycleOp.GERMINATE, "mid", "conv_light"))
+    for _ in range(12):
+        slot = env.model.slot("mid")
+        now = current_signature(env)
+        if stages and (slot.stage, slot.alpha) != stages[-1]:
+            assert now != seen[-1], f"{stages[-1]} -> {(slot.stage, slot.alpha)} kept the signature"
+        stages.append((slot.stage, slot.alpha))
+        seen.append(now)
+        if env.episode_over:
+            break
+        env.step(Decision.wait())
+    assert any(stage is SeedStage.BLENDING for stage, _ in stages)
+    assert len({alpha for stage, alpha in stages if stage is SeedStage.BLENDING}) >= 2
+
+
+def test_a_rollback_that_rebuilds_the_optimizers_changes_the_signature() -> None:
+    env = make_env(max_epochs=4)
+    env.reset(0)
+    env.step(Decision(LifecycleOp.GERMINATE, "mid", "conv_light"))
+    before = current_signature(env)
+    env.keeper.restore()
+    assert current_signature(env) != before
+
+
+def test_a_training_epoch_zeroes_and_reuses_the_sums_it_is_given() -> None:
+    env = make_env(max_epochs=3)
+    env.reset(0)
+    sums = EpochSums.zeros(0, torch.device("cpu"))
+    sums.loss.fill_(5.0)
+    sums.correct.fill_(7)
+    epoch = TrainingEpoch(env.model, env.optimizers.all(), sums=sums)
+    assert epoch.sums is sums and float(sums.loss) == 0.0 and int(sums.correct) == 0
+    x, y = next(env.passes.data.train_batches(env.config.task.batch_size, torch.Generator().manual_seed(0)))
+    epoch.step(x, y)
+    stats = epoch.finish()
+    assert stats.loss == float(sums.loss) and epoch.n_steps == 1
+
+
+def test_graphs_are_cuda_only_and_the_cpu_path_is_unchanged() -> None:
+    """On the CPU the flag does nothing: the same episode, bitwise."""
+    runs = []
+    for cuda_graphs in (True, False):
+        env = make_env(max_epochs=3, cuda_graphs=cuda_graphs)
+        assert env.passes.training_graph is None and env.passes.measurement_graph is None
+        env.reset(0)
+        env.step(Decision(LifecycleOp.GERMINATE, "mid", "conv_light"))
+        env.step(Decision.wait())
+        runs.append([p.detach().clone() for p in env.model.parameters()])
+    assert all(torch.equal(a, b) for a, b in zip(*runs, strict=True))
+
+
+class ReplayedByRerunning:
+    """A stand-in for a CUDA graph on the CPU, where nothing can be captured: its replay runs the
+    captured work again. What it tests is the bookkeeping around replay: when a graph is
+    re-captured, which running sums a replay writes, the step counts, the learning rates."""
+
+    def __init__(self, work) -> None:
+        self.work, self.outputs = work, None
+
+    def replay(self) -> None:
+        out = self.work()
+        if self.outputs is not None:
+            self.outputs[0].copy_(out[0])
+
+
+def capture_on_cpu(work, stream):
+    graph = ReplayedByRerunning(work)
+    if work.__name__ == "measure":  # side-effect free: its output tensors are made now
+        graph.outputs = work()
+    return graph, graph.outputs
+
+
+def graphed_on_cpu(env) -> None:
+    env.passes.training_graph = graphs.TrainingGraph(None)
+    env.passes.measurement_graph = graphs.MeasurementGraph(None)
+
+
+def test_the_replay_bookkeeping_gives_the_eager_episode(monkeypatch) -> None:
+    """A whole episode through the graph path's bookkeeping (warm-up, capture, replay, re-capture
+    at each lifecycle change) equals the eager episode bitwise."""
+    monkeypatch.setattr(graphs, "capture", capture_on_cpu)
+    runs = []
+    for graphed in (True, False):
+        env = make_env(max_epochs=10)
+        if graphed:
+            graphed_on_cpu(env)
+        env.reset(0)
+        signals = [env.step(Decision(LifecycleOp.GERMINATE, "mid", "conv_light")).signals]
+        signals += [env.step(Decision.wait()).signals for _ in range(9)]
+        runs.append((signals, [p.detach().clone() for p in env.model.parameters()], env))
+    (graphed_signals, graphed_params, env), (eager_signals, eager_params, _) = runs
+    assert graphed_signals == eager_signals
+    assert all(torch.equal(a, b) for a, b in zip(graphed_params, eager_params, strict=True))
+    stages = {s.slot("mid").stage for s in graphed_signals}
+    assert env.passes.training_graph.captures >= len(stages)  # one at least per stage
+    assert env.passes.measurement_graph.captures >= 1
+
+
+def test_a_replayed_epoch_counts_its_steps_and_writes_the_graphs_sums(monkeypatch) -> None:
+    monkeypatch.setattr(graphs, "capture", capture_on_cpu)
+    env = make_env(max_epochs=4)
+    graphed_on_cpu(env)
+    env.reset(0)
+    env.step(Decision.wait())  # warm-up and capture
+    graph = env.passes.training_graph
+    sums = graph.sums
+    env.step(Decision.wait())  # replayed throughout
+    assert graph.sums is sums and graph.captures == 1
+    assert env.signals.train_loss == pytest.approx(float(sums.loss) / 8)  # 400 images, batches of 50
