@@ -119,6 +119,29 @@ def gpu_busy(n_envs: int, device: torch.device, graphs: bool) -> dict[str, float
     }
 
 
+def python_profile(n_envs: int, device: torch.device, graphs: bool, lines: int = 30) -> str:
+    """Where the CPU's time goes in one epoch of `n_envs` envs (cProfile, by own time): on a GPU
+    the Python thread that issues the work is what more envs share."""
+    import cProfile
+    import io
+    import pstats
+
+    envs, _ = make_trainer(n_envs, device, max_epochs=4, graphs=graphs)
+    envs.begin_round()
+    ids = list(range(n_envs))
+    for _ in range(2):
+        envs.train_epoch(ids, [Decision.wait()] * n_envs)
+    synchronize(device)
+    profiler = cProfile.Profile()
+    profiler.enable()
+    envs.train_epoch(ids, [Decision.wait()] * n_envs)
+    synchronize(device)
+    profiler.disable()
+    text = io.StringIO()
+    pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(lines)
+    return text.getvalue()
+
+
 def ppo_steps_per_second(n_envs: int, device: torch.device, epochs: int, rounds: int, graphs: bool) -> float:
     """PPO env-steps per second over `rounds` rounds, after one warm-up round."""
     envs, learner = make_trainer(n_envs, device, max_epochs=epochs, graphs=graphs)
@@ -174,6 +197,7 @@ def main() -> int:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--envs", default="1,2,4,8", help="env counts, comma-separated (the issue's: 1,2,4,8,16,32)")
     parser.add_argument("--epochs", type=int, default=3, help="timed host epochs per env count")
+    parser.add_argument("--paths", default="graphs,eager", help="on CUDA: the paths measured")
     parser.add_argument("--eager-envs", default=None, help="env counts for the eager path (default: --envs)")
     parser.add_argument("--busy-envs", default="1,8", help="env counts profiled for gpu_busy (CUDA)")
     parser.add_argument("--ppo-envs", type=int, default=8)
@@ -183,11 +207,12 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3, help="timed PPO rounds per DDP configuration")
     parser.add_argument("--ddp-envs", type=int, default=2, help="envs per rank in the DDP measurement")
     parser.add_argument("--out", type=Path, default=None, help="also write the JSON here")
+    parser.add_argument("--python-profile", type=int, default=0, help="print a cProfile of one epoch of N envs")
     args = parser.parse_args()
     device = torch.device(args.device)
     counts = [int(n) for n in args.envs.split(",")]
     eager_counts = [int(n) for n in (args.eager_envs or args.envs).split(",")]
-    paths = PATHS if device.type == "cuda" else ("eager",)
+    paths = tuple(args.paths.split(",")) if device.type == "cuda" else ("eager",)
     figures: dict = {
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "device": str(device),
@@ -214,10 +239,12 @@ def main() -> int:
         }
         figures["ppo"] = {"envs": args.ppo_envs, "episode_epochs": args.ppo_epochs, "rounds": args.ppo_rounds}
         figures["ppo"]["env_steps_per_second"] = {p: round(v, 3) for p, v in ppo.items()}
-        if len(paths) == 2:
+        if set(paths) == set(PATHS):
             figures["ppo"]["graphs_over_eager"] = round(ppo["graphs"] / ppo["eager"], 3)
     if args.ddp:
         figures.update(ddp_figures(args))
+    if args.python_profile:
+        print(python_profile(args.python_profile, device, graphs=device.type == "cuda"), file=sys.stderr)
     text = json.dumps(figures)
     if args.out is not None:
         args.out.write_text(text + "\n")

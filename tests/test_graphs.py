@@ -143,3 +143,31 @@ def test_a_replayed_epoch_counts_its_steps_and_writes_the_graphs_sums(monkeypatc
     env.step(Decision.wait())  # replayed throughout
     assert graph.sums is sums and graph.captures == 1
     assert env.signals.train_loss == pytest.approx(float(sums.loss) / 8)  # 400 images, batches of 50
+
+
+def test_envs_that_queue_their_measurements_together_equal_the_eager_envs(monkeypatch) -> None:
+    """`MorphogeneticEnvs` launches every env's measurement before any env reads its own."""
+    from conftest import tiny_shapes_task
+    from esper.simic import morphogenetic_envs as menvs
+    from esper.tolaria import EnvConfig
+
+    monkeypatch.setattr(graphs, "capture", capture_on_cpu)
+    results = []
+    for graphed in (True, False):
+        task = tiny_shapes_task()
+        config = menvs.TrainerConfig(episodes=2, n_envs=2, rng_seed=3)
+        env_config = EnvConfig(task, torch.device("cpu"), 4, task.slot_names, max_germinations=2)
+        cpu = torch.device("cpu")
+        envs, _ = menvs.build_trainer(config, env_config, task.load_data(None), [cpu], cpu)
+        if graphed:
+            for env in envs.all_envs:
+                graphed_on_cpu(env)
+        envs.begin_round()
+        decisions = [Decision(LifecycleOp.GERMINATE, "early", "conv_light"), Decision.wait()]
+        for _ in range(4):
+            steps = envs.train_epoch([0, 1], decisions)
+            decisions = [Decision.wait()] * 2
+        results.append([s.signals for s in steps])
+        if graphed:
+            assert envs.envs[1].passes.measurement_graph.captures >= 1
+    assert results[0] == results[1]

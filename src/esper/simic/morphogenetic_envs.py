@@ -199,6 +199,8 @@ class MorphogeneticEnvs:
             for env in envs:
                 env.abort_step()
             raise
+        for env in envs:
+            env.launch_measurement()
         return [env.end_step() for env in envs]
 
     # ----------------------------------------------------------------- reports

@@ -232,6 +232,12 @@ class MorphogeneticEnv:
             raise RuntimeError("train_batch() outside begin_step()/end_step()")
         self.passes.train_step(self._open.training, x, y)
 
+    def launch_measurement(self) -> None:
+        """Queue the open epoch's measurement on the device without waiting for it (a CUDA graph
+        replay, when one holds): the envs of a process queue theirs before any `end_step` waits."""
+        if self._open is not None:
+            self.passes.launch_measurement(self.model)
+
     def end_step(self) -> StepResult:
         """Validate, let the governor judge, tick every lifecycle, and return the new signals."""
         if self._open is None:

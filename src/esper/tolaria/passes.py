@@ -105,6 +105,12 @@ class DevicePasses:
         sums, n_items = self.measurement_graph.run(model, ablate, measure)
         return ValidationStats.from_sums(sums.tolist(), n_items, ablate)
 
+    def launch_measurement(self, model: MorphogeneticModel) -> None:
+        """Queue the selection measurement's graph now, when it holds, for `measure` to read."""
+        if self.measurement_graph is not None:
+            with self.on_stream():
+                self.measurement_graph.launch(model, model.blended_slots())
+
     def measure_on(
         self, model: MorphogeneticModel, batches: Iterable[Batch], ablate: tuple[str, ...]
     ) -> ValidationStats:
