@@ -213,6 +213,13 @@ def test_a_checkpoint_of_an_older_format_is_refused_in_one_line(
     check_usage_error(capsys, ["ppo", "--resume", str(old)], "old.pt", "format 2", f"format {CHECKPOINT_FORMAT}")
 
 
+def test_cuda_graphs_are_on_unless_turned_off_and_recorded(tiny_tasks, workdir: Path, tmp_path: Path) -> None:
+    for flags, expected in (([], True), (["--no-cuda-graphs"], False)):
+        run_dir = tmp_path / f"run-{expected}"
+        assert main(["ppo", "--episodes", "2", *TINY, *flags, "--run-dir", str(run_dir)]) == 0
+        assert json.loads((run_dir / "config.json").read_text())["settings"]["cuda_graphs"] is expected
+
+
 def test_knobs_come_from_a_config_file_and_flags_win(tiny_tasks, workdir: Path, tmp_path: Path) -> None:
     """Settings and knobs from a TOML file; a flag overrides the file; the run directory and the
     checkpoint record the resolved tree, and a resume keeps it."""

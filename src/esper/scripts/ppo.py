@@ -96,6 +96,7 @@ DEFAULTS: dict[str, Any] = {
     "data_dir": None,
     "amp": None,
     "compile": False,
+    "cuda_graphs": True,
     "clone_episodes": 0,
     "clone_steps": 300,
     "clone_lr": 1e-3,
@@ -126,6 +127,14 @@ def add_ppo_parser(sub: argparse._SubParsersAction) -> None:
         action="store_const",
         const=True,
         help="torch.compile each host's training forward (recompiles when a seed changes the graph)",
+    )
+    p.add_argument(
+        "--no-cuda-graphs",
+        dest="cuda_graphs",
+        action="store_const",
+        const=False,
+        help="launch every kernel of the CUDA hosts from Python instead of replaying CUDA graphs of their training "
+        "steps and measurements (same results; for debugging and comparison)",
     )
     p.add_argument("--save-every", type=int, help="write a checkpoint every R rounds, and after the last (default 1)")
     p.add_argument(
@@ -270,6 +279,7 @@ def resolve_ppo(args: argparse.Namespace, rest: Sequence[str] = (), ctx: DistCon
         max_germinations=settings["max_germinations"],
         amp=amp,
         compile_backend="inductor" if settings["compile"] else None,
+        cuda_graphs=settings["cuda_graphs"],
         thresholds=knobs["gates"],
         governor=knobs["governor"],
         host_width=knobs["host"].width,
