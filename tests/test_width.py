@@ -399,3 +399,30 @@ def test_random_controller_germinates_width_seeds_when_allowed() -> None:
     controller = RandomController(Topology.CNN, ("early", "mid", "late"), ("widen_50",), rng_seed=3)
     assert controller.actions.blueprints[-1] == "widen_50"
     assert controller.actions.blueprint_mask().tolist() == [False] * 6 + [True]
+
+
+# --------------------------------------------------------------------------- gate dwell
+def test_a_width_seed_dwells_by_the_width_thresholds_and_a_residual_one_by_the_others() -> None:
+    from esper.leyline import GateThresholds
+
+    thresholds = GateThresholds(min_training_epochs=3, blend_epochs=3, width_training_epochs=1, width_blend_epochs=2)
+    model = MorphogeneticModel(CNNHost(width=4, depth=3), thresholds)
+    model.slot("early").germinate("widen_25", "w", BlendSchedule.LINEAR)
+    model.slot("mid").germinate("conv_light", "r", BlendSchedule.LINEAR)
+    assert model.slot("early").lifecycle.thresholds.min_training_epochs == 1
+    assert model.slot("early").lifecycle.thresholds.blend_epochs == 2
+    assert model.slot("mid").lifecycle.thresholds == thresholds
+    fresh = MorphogeneticModel(CNNHost(width=4, depth=3), thresholds)
+    fresh.load_state_dict(model.state_dict())  # a rollback or a grown file keeps the width dwell
+    assert fresh.slot("early").lifecycle.thresholds == thresholds.for_width_seed()
+    model.slot("early").cull()
+    assert model.slot("early").lifecycle.thresholds == thresholds  # the slot's next seed may be residual
+
+
+def test_the_width_dwell_must_be_positive_and_within_the_training_limit() -> None:
+    from esper.leyline import GateThresholds
+
+    with pytest.raises(ValueError, match="width_blend_epochs must be >= 1"):
+        GateThresholds(width_blend_epochs=0)
+    with pytest.raises(ValueError, match="max_training_epochs must be >= width_training_epochs"):
+        GateThresholds(max_training_epochs=2, min_training_epochs=1, width_training_epochs=3)

@@ -81,6 +81,8 @@ class SeedSlot(nn.Module):
         # model maps it to the copied host; the site is read from it each time, since a
         # neighbour's merge can change the widths around this slot.
         object.__setattr__(self, "_host", host)
+        self.thresholds = thresholds
+        """The gates' thresholds; a width seed's lifecycle runs under `for_width_seed()` of them."""
         self.lifecycle = SlotLifecycle(thresholds)
         self.seed: nn.Module | None = None
         self.blueprint: str | None = None
@@ -257,10 +259,12 @@ class SeedSlot(nn.Module):
         self.seed, self.blueprint, self.seed_id = module, blueprint, seed_id
         self._width_blueprint = isinstance(get_blueprint(self.topology, blueprint), WidthBlueprint)
         self.seed_site = getattr(module, "site", None)
+        self.lifecycle.thresholds = self.thresholds.for_width_seed() if self._width_blueprint else self.thresholds
 
     def _uninstall(self) -> None:
         self.seed, self.blueprint, self.seed_id, self.merged_params = None, None, None, 0
         self.seed_site = None
+        self.lifecycle.thresholds = self.thresholds
 
     def _drop_if_culled(self, changes: list[StageChange]) -> None:
         if any(c.target is SeedStage.CULLED for c in changes):

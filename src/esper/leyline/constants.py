@@ -6,7 +6,7 @@ Accuracies and contributions are in percentage points (0..100) everywhere in Esp
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 GRAD_NORM_VANISHING: float = 1e-7
 """A seed whose mean gradient norm over an epoch is below this is not learning."""
@@ -82,11 +82,28 @@ class GateThresholds:
     embargo_epochs: int = 2
     """Rest after a cull, so a controller cannot churn germinate/cull in one slot."""
 
+    width_training_epochs: int = 1
+    """`min_training_epochs` for a width seed. Its new units join with zero outgoing weights, so
+    blending them in cannot disturb the host, and every epoch they wait is an epoch of the
+    wider network lost: on the shapes frontier (seeds 200..204, 2026-11-26) `widen_25` in every
+    block at epoch 5 ended 2.05 points below static width 10 with 3 + 3 epochs of dwell, and on
+    the static front with 1 + 1."""
+
+    width_blend_epochs: int = 1
+    """`blend_epochs` for a width seed (see `width_training_epochs`)."""
+
     def __post_init__(self) -> None:
-        for name in ("min_training_epochs", "blend_epochs", "min_probation_epochs", "embargo_epochs"):
+        names = ("min_training_epochs", "blend_epochs", "min_probation_epochs", "embargo_epochs")
+        for name in (*names, "width_training_epochs", "width_blend_epochs"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.max_training_epochs < self.min_training_epochs:
             raise ValueError("max_training_epochs must be >= min_training_epochs")
         if self.probation_timeout_epochs < self.min_probation_epochs:
             raise ValueError("probation_timeout_epochs must be >= min_probation_epochs")
+        if self.max_training_epochs < self.width_training_epochs:
+            raise ValueError("max_training_epochs must be >= width_training_epochs")
+
+    def for_width_seed(self) -> GateThresholds:
+        """The thresholds a width seed's lifecycle runs under: its own dwell times."""
+        return replace(self, min_training_epochs=self.width_training_epochs, blend_epochs=self.width_blend_epochs)
