@@ -183,6 +183,7 @@ class MorphogeneticEnv:
         self.tracker.reset()
         self.events.pending.clear()
         self._open, self._ended_by_panic, self._started = None, False, time.perf_counter()
+        self.passes.cancel_launched_measurement()
         self.compute.reset()
         val = self._measure()
         self._last_val, self._last_grads = val, {}
@@ -322,6 +323,7 @@ class MorphogeneticEnv:
         return changes, val, measured
 
     def _undo(self, epoch_before: int) -> None:
+        self.passes.cancel_launched_measurement()
         self.events.discard()
         self.keeper.restore()
         self.clock.epoch = epoch_before

@@ -29,6 +29,7 @@ the test split, measured once per episode.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from collections.abc import Callable, Hashable, Sequence
 from typing import TypeVar
@@ -36,6 +37,8 @@ from typing import TypeVar
 import torch
 
 from esper.kasmina import MorphogeneticModel
+from esper.kasmina.slot import SeedSlot
+from esper.leyline import SeedStage
 from esper.tolaria.training import EpochSums, TrainingEpoch
 
 WARMUP_STEPS = 2
@@ -52,7 +55,7 @@ def signature(model: MorphogeneticModel, optimizers: Sequence[torch.optim.Optimi
     for name, tensor in itertools.chain(model.named_parameters(), model.named_buffers()):
         parts.append((name, id(tensor), tensor.data_ptr(), tuple(tensor.shape), tensor.requires_grad))
     for slot in model.ordered_slots():
-        parts.append((slot.slot_id.name, slot.stage, slot.alpha, slot.holds_width_seed))
+        parts.append((slot.slot_id.name, *slot_forward_state(slot)))
     for opt in optimizers:
         parts.append(id(opt))
         for group in opt.param_groups:
@@ -61,6 +64,16 @@ def signature(model: MorphogeneticModel, optimizers: Sequence[torch.optim.Optimi
         for param, state in opt.state.items():
             parts.append((id(param), tuple((k, id(v), v.data_ptr()) for k, v in state.items() if torch.is_tensor(v))))
     return tuple(parts)
+
+
+def slot_forward_state(slot: SeedSlot) -> tuple[Hashable, ...]:
+    """What a slot's forward branches on: whether it holds a seed, of which kind, and how the seed
+    joins (in isolation while it trains, else at its alpha). An empty slot's stage (embargoed,
+    resetting) and a kept seed's (probationary or fossilized, both at alpha 1) change nothing."""
+    if slot.seed is None:
+        return ("empty",)
+    joins = "isolated" if slot.stage is SeedStage.TRAINING else slot.alpha
+    return ("seed", slot.holds_width_seed, joins)
 
 
 def _kept_tensors(model: MorphogeneticModel, optimizers: Sequence[torch.optim.Optimizer]) -> list[torch.Tensor]:
@@ -107,6 +120,9 @@ class TrainingGraph:
         if self.graph is None:
             self._capture(training, x, y)
         assert self._x is not None and self._y is not None and self.graph is not None
+        if x.shape != self._x.shape or y.shape != self._y.shape:
+            captured = tuple(self._x.shape)
+            raise ValueError(f"a batch of shape {tuple(x.shape)}; the training graph was captured on {captured}")
         self._x.copy_(x, non_blocking=True)
         self._y.copy_(y, non_blocking=True)
         self.graph.replay()
@@ -144,8 +160,11 @@ def capture(work: Callable[[], T], stream: torch.cuda.Stream) -> tuple[torch.cud
         graph.capture_begin()
         try:
             out = work()
-        finally:
-            graph.capture_end()
+        except Exception as exc:
+            with contextlib.suppress(Exception):  # ending a broken capture fails too: keep the cause
+                graph.capture_end()
+            raise RuntimeError(f"capturing a CUDA graph failed ({exc}); --no-cuda-graphs runs eagerly") from exc
+        graph.capture_end()
     return graph, out
 
 
@@ -169,6 +188,11 @@ class MeasurementGraph:
         if self.graph is not None and (*signature(model), ablate) == self.seen:
             self.graph.replay()
             self.launched = True
+
+    def cancel(self) -> None:
+        """Forget a launch: the step it measured was undone (its weights restored in place, which
+        the signature cannot see), so the next `run` must replay."""
+        self.launched = False
 
     def run(
         self, model: MorphogeneticModel, ablate: tuple[str, ...], measure: Callable[[], tuple[torch.Tensor, int]]

@@ -111,6 +111,11 @@ class DevicePasses:
             with self.on_stream():
                 self.measurement_graph.launch(model, model.blended_slots())
 
+    def cancel_launched_measurement(self) -> None:
+        """The step a launched measurement measured was undone: it must not be read."""
+        if self.measurement_graph is not None:
+            self.measurement_graph.cancel()
+
     def measure_on(
         self, model: MorphogeneticModel, batches: Iterable[Batch], ablate: tuple[str, ...]
     ) -> ValidationStats:
