@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from esper.kasmina import CNNHost, TransformerHost
-from esper.leyline import TrainingSignals
+from esper.leyline import Decision, GateThresholds, LifecycleOp, SeedStage, TrainingSignals
 from esper.tolaria import DATA_DIR_ENV, EnvConfig, MorphogeneticEnv, TaskSpec, get_task
 from esper.tolaria.datasets import ImageData, TokenData, load_shapes, pydoc_topics_bytes, split_tokens
 from esper.tolaria.passes import VALIDATION_BATCH_SIZE
@@ -148,3 +148,31 @@ def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
 
 def tree(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() if p.is_file() else b"<dir>" for p in sorted(root.rglob("*"))}
+
+
+EVERYTHING_KEPT = GateThresholds(fossilize_min_contribution=-1e9, probation_cull_contribution=-1e9)
+
+
+def scripted_episode(env, scenario: str) -> list:
+    """Nine epochs that germinate in `mid`, then fossilize (and merge a width seed), cull, or
+    poison the host with NaN (a governor rollback), by scenario."""
+    blueprint = "conv_light" if scenario in ("cull", "panic") else "widen_50"
+    env.reset(0)
+    seen = []
+    for epoch in range(9):
+        if env.episode_over:
+            break
+        slot = env.model.slot("mid")
+        decision = Decision.wait()
+        if epoch == 0:
+            decision = Decision(LifecycleOp.GERMINATE, "mid", blueprint)
+        elif slot.stage is SeedStage.PROBATIONARY and scenario == "cull":
+            decision = Decision(LifecycleOp.CULL, "mid")
+        elif slot.stage is SeedStage.PROBATIONARY and slot.lifecycle.epochs_in_stage >= 1 and scenario != "panic":
+            decision = Decision(LifecycleOp.FOSSILIZE, "mid")
+        if scenario == "panic" and epoch == 5:
+            with torch.no_grad():
+                next(env.model.host_parameters()).fill_(float("nan"))
+        result = env.step(decision)
+        seen.append((result.signals, result.panic))
+    return seen

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import make_env
-from esper.leyline import BlendSchedule, Decision, GateThresholds, LifecycleOp, SeedStage
+from conftest import EVERYTHING_KEPT, make_env, scripted_episode
+from esper.leyline import BlendSchedule, Decision, LifecycleOp, SeedStage
 from esper.tolaria import graphs
 from esper.tolaria.graphs import signature
 from esper.tolaria.training import EpochSums, TrainingEpoch
@@ -189,34 +189,6 @@ def test_a_launched_measurement_of_an_undone_step_is_not_read(monkeypatch) -> No
         env.abort_step()
         losses.append(env.step(Decision.wait()).signals.val_loss)
     assert losses[0] == losses[1]
-
-
-EVERYTHING_KEPT = GateThresholds(fossilize_min_contribution=-1e9, probation_cull_contribution=-1e9)
-
-
-def scripted_episode(env, scenario: str) -> list:
-    """Nine epochs that germinate in `mid`, then fossilize (and merge a width seed), cull, or
-    poison the host with NaN (a governor rollback), by scenario."""
-    blueprint = "conv_light" if scenario in ("cull", "panic") else "widen_50"
-    env.reset(0)
-    seen = []
-    for epoch in range(9):
-        if env.episode_over:
-            break
-        slot = env.model.slot("mid")
-        decision = Decision.wait()
-        if epoch == 0:
-            decision = Decision(LifecycleOp.GERMINATE, "mid", blueprint)
-        elif slot.stage is SeedStage.PROBATIONARY and scenario == "cull":
-            decision = Decision(LifecycleOp.CULL, "mid")
-        elif slot.stage is SeedStage.PROBATIONARY and slot.lifecycle.epochs_in_stage >= 1 and scenario != "panic":
-            decision = Decision(LifecycleOp.FOSSILIZE, "mid")
-        if scenario == "panic" and epoch == 5:
-            with torch.no_grad():
-                next(env.model.host_parameters()).fill_(float("nan"))
-        result = env.step(decision)
-        seen.append((result.signals, result.panic))
-    return seen
 
 
 @pytest.mark.parametrize("scenario", ["width", "cull", "panic", "text"])

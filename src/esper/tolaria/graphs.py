@@ -20,7 +20,7 @@ After each change the first `WARMUP_STEPS` steps run eagerly (creating new seeds
 state and their kernels' workspaces), then the step is captured and replayed from then on. A
 measurement is captured the second time its signature is seen (the first runs eagerly). A replay
 runs the kernels of the eager path on the same inputs, so results agree bitwise where the eager
-path is itself deterministic (`tests/cuda/test_graphs.py`).
+path is itself deterministic (`tests/cuda/test_cuda_graphs.py`).
 
 Not graphed (they run eagerly): fp16's GradScaler (its step reads back whether gradients
 overflowed), a `torch.compile`d forward (inductor's "reduce-overhead" mode graphs it), and

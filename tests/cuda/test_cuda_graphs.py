@@ -10,7 +10,7 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
-from conftest import make_env, tiny_shapes_task
+from conftest import EVERYTHING_KEPT, make_env, scripted_episode, tiny_shapes_task, tiny_text_task
 from esper.leyline import Decision, LifecycleOp
 from esper.simic import morphogenetic_envs as menvs
 from esper.tolaria import EnvConfig
@@ -95,3 +95,31 @@ def test_a_rollback_under_graphs_restores_and_recaptures() -> None:
     captures = env.passes.training_graph.captures
     env.step(Decision.wait())  # new optimizers: captured again
     assert env.passes.training_graph.captures == captures + 1
+
+
+@pytest.mark.parametrize("scenario", ["width", "cull", "panic"])
+def test_merges_culls_and_rollbacks_replay_as_the_eager_episode(scenario: str) -> None:
+    """The paths the CPU tests replay by re-running (tests/test_graphs.py), as real graphs."""
+    runs = []
+    for graphs in (True, False):
+        env = make_env(max_epochs=9, device=CUDA, cuda_graphs=graphs, thresholds=EVERYTHING_KEPT)
+        seen = scripted_episode(env, scenario)
+        torch.cuda.synchronize()
+        runs.append((seen, [p.detach().clone() for p in env.model.parameters()]))
+    (graphed_seen, graphed_params), (eager_seen, eager_params) = runs
+    assert graphed_seen == eager_seen
+    assert max_difference(graphed_params, eager_params) == 0.0
+
+
+def test_the_transformer_task_replays_as_the_eager_episode_within_float_rounding() -> None:
+    """The embedding's backward adds with atomics on CUDA, so two eager runs already differ in
+    the last bits: graphed and eager agree to within that."""
+    runs = []
+    for graphs in (True, False):
+        env = make_env(tiny_text_task(), max_epochs=9, device=CUDA, cuda_graphs=graphs, thresholds=EVERYTHING_KEPT)
+        seen = scripted_episode(env, "text")
+        torch.cuda.synchronize()
+        runs.append(([s.val_loss for s, _ in seen], [p.detach().clone() for p in env.model.parameters()]))
+    (graphed_losses, graphed_params), (eager_losses, eager_params) = runs
+    assert graphed_losses == pytest.approx(eager_losses, rel=1e-4)
+    assert max_difference(graphed_params, eager_params) < 1e-3
