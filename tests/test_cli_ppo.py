@@ -218,6 +218,9 @@ def test_cuda_graphs_are_on_unless_turned_off_and_recorded(tiny_tasks, workdir: 
         run_dir = tmp_path / f"run-{expected}"
         assert main(["ppo", "--episodes", "2", *TINY, *flags, "--run-dir", str(run_dir)]) == 0
         assert json.loads((run_dir / "config.json").read_text())["settings"]["cuda_graphs"] is expected
+    off = tmp_path / "run-False"
+    assert main(["ppo", "--resume", "last", "--run-dir", str(off), "--episodes", "4", "--cuda-graphs", "--quiet"]) == 0
+    assert json.loads((off / "config.json").read_text())["settings"]["cuda_graphs"] is True
 
 
 def test_knobs_come_from_a_config_file_and_flags_win(tiny_tasks, workdir: Path, tmp_path: Path) -> None:

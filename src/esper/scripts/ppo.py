@@ -136,6 +136,13 @@ def add_ppo_parser(sub: argparse._SubParsersAction) -> None:
         help="launch every kernel of the CUDA hosts from Python instead of replaying CUDA graphs of their training "
         "steps and measurements (same results; for debugging and comparison)",
     )
+    p.add_argument(
+        "--cuda-graphs",
+        dest="cuda_graphs",
+        action="store_const",
+        const=True,
+        help="replay CUDA graphs (the default; turns them back on when resuming a --no-cuda-graphs run)",
+    )
     p.add_argument("--save-every", type=int, help="write a checkpoint every R rounds, and after the last (default 1)")
     p.add_argument(
         "--resume",
