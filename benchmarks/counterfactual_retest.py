@@ -49,6 +49,7 @@ import torch
 
 from esper.kasmina import StageChange
 from esper.leyline import Decision, TrainingSignals
+from esper.scripts.cli import build_parser
 from esper.scripts.common import UsageError, torch_build
 from esper.scripts.evaluate import (
     EpisodeJob,
@@ -59,7 +60,6 @@ from esper.scripts.evaluate import (
     ignore_interrupts,
     resolve_eval,
 )
-from esper.scripts.train import build_parser
 from esper.simic.controller import PolicyController
 from esper.tamiyo.diagnostics import KeepCullCounts, scored_slots
 from esper.tolaria.datasets import Batch, ImageData, normalize_channels, procedural_shapes, shapes_streams

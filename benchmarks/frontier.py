@@ -56,7 +56,7 @@ from esper.leyline import GateThresholds
 from esper.scripts.common import UsageError, torch_build
 from esper.scripts.config import HostTraining
 from esper.scripts.evaluate import ControllerSpec, EpisodeJob, naive_schedule, parse_seeds, run_one
-from esper.scripts.train import DEFAULT_MAX_GERMINATIONS
+from esper.scripts.grow import DEFAULT_MAX_GERMINATIONS
 from esper.tamiyo import PREFERRED_BLUEPRINTS, trained_policy_path, tuned_heuristic
 from esper.tolaria import TASKS, EnvConfig, TaskSpec, get_task
 

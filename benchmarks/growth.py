@@ -29,7 +29,7 @@ import torch
 
 from esper.karn import estimate, paired_difference
 from esper.scripts.common import torch_build
-from esper.scripts.train import DEFAULT_MAX_GERMINATIONS
+from esper.scripts.grow import DEFAULT_MAX_GERMINATIONS
 from esper.tamiyo import HeuristicController, tuned_heuristic
 from esper.tolaria import EnvConfig, MorphogeneticEnv, get_task
 from esper.tolaria.episode import run_episode

@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from esper.scripts.train import main as esper_main
+from esper.scripts.cli import main as esper_main
 
 
 def quarter_means(values: list[float]) -> tuple[float, float]:

@@ -42,7 +42,7 @@ import torch
 from esper.karn import estimate
 from esper.scripts.common import torch_build
 from esper.scripts.config import jsonable
-from esper.scripts.train import DEFAULT_MAX_GERMINATIONS
+from esper.scripts.grow import DEFAULT_MAX_GERMINATIONS
 from esper.simic.rewards import RewardConfig
 from esper.tamiyo import PREFERRED_BLUEPRINTS, HeuristicConfig, HeuristicController
 from esper.tamiyo.heuristic import TUNED_DIR

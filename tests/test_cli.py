@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from conftest import tree
-from esper.scripts.train import main
+from esper.scripts.cli import main
 from esper.tamiyo import PREFERRED_BLUEPRINTS
 from esper.tolaria import DATA_DIR_ENV, TASKS, TaskSpec
 from esper.tolaria.datasets import CIFAR10_TEST_FILE, CIFAR10_TRAIN_FILES
@@ -243,7 +243,7 @@ def test_subprocess_bad_input_exit_code_and_no_traceback(tmp_path: Path) -> None
         [
             sys.executable,
             "-m",
-            "esper.scripts.train",
+            "esper.scripts.cli",
             "heuristic",
             "--device",
             "gpu0",
@@ -310,7 +310,7 @@ def test_subprocess_heuristic_run_on_default_task(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "esper.scripts.train",
+            "esper.scripts.cli",
             "heuristic",
             "--max-epochs",
             "3",
@@ -531,8 +531,8 @@ def test_a_config_file_is_held_to_the_flags_types(capsys, tmp_path, text: str, f
 
 def test_a_config_file_setting_reads_as_its_flag_would() -> None:
     """`slots = "early"` is one slot (it was read letter by letter: "unknown slot 'e'")."""
+    from esper.scripts.cli import build_parser
     from esper.scripts.config import typed_settings
-    from esper.scripts.train import build_parser
 
     args, _ = build_parser().parse_known_args(["grow"])
     typed = typed_settings({"slots": "early", "max_epochs": 3, "sample": True}, args.settings_parser, "f")

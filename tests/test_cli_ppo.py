@@ -12,7 +12,7 @@ import torch
 
 import esper
 from conftest import tiny_shapes_task, tiny_text_task, tree
-from esper.scripts.train import main
+from esper.scripts.cli import main
 from esper.simic.checkpoint import CHECKPOINT_FORMAT
 from esper.simic.morphogenetic_envs import TIMING_METRICS
 from esper.tolaria import TASKS

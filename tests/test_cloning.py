@@ -16,7 +16,7 @@ import esper.scripts.ppo as ppo_script
 from conftest import make_env, tiny_shapes_task
 from esper.kasmina import Topology
 from esper.leyline import BlendSchedule, Decision, LifecycleOp, SeedStage
-from esper.scripts.train import main
+from esper.scripts.cli import main
 from esper.simic.cloning import (
     SignCulls,
     anchor_kl,

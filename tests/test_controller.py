@@ -9,7 +9,7 @@ import torch
 
 from conftest import make_env, tiny_shapes_task
 from esper.leyline import LifecycleOp
-from esper.scripts.train import main
+from esper.scripts.cli import main
 from esper.simic import CheckpointError, PolicyController
 from esper.simic.checkpoint import read_checkpoint
 from esper.tolaria import TASKS, run_episode

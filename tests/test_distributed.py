@@ -110,7 +110,7 @@ def test_torchrun_two_ranks_then_single_process_resume(tmp_path: Path) -> None:
             "--standalone",
             "--nproc-per-node=2",
             "-m",
-            "esper.scripts.train",
+            "esper.scripts.cli",
             "ppo",
             "--episodes",
             "4",
@@ -134,7 +134,7 @@ def test_torchrun_two_ranks_then_single_process_resume(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "esper.scripts.train",
+            "esper.scripts.cli",
             "ppo",
             "--resume",
             str(run_dir / "checkpoints" / "round-0002.pt"),

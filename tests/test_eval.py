@@ -10,8 +10,8 @@ import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from conftest import tiny_shapes_data, tiny_shapes_task
+from esper.scripts.cli import main
 from esper.scripts.evaluate import ControllerSpec, pairs
-from esper.scripts.train import main
 from esper.simic.checkpoint import policy_only, policy_sha256
 from esper.tolaria import TASKS
 from esper.tolaria.compute import width_for_train_gflops

@@ -15,7 +15,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 import esper.karn.files as files
 from conftest import tiny_shapes_task
-from esper.scripts.train import main
+from esper.scripts.cli import main
 from esper.simic.checkpoint import read_checkpoint
 from esper.tolaria import TASKS, MorphogeneticEnv
 from test_cli_ppo import TINY, rows, without_timing

@@ -15,7 +15,7 @@ import esper
 from conftest import make_env, tiny_shapes_data, tiny_shapes_task
 from esper.karn import write_torch_atomic
 from esper.leyline import Decision, GateThresholds, LifecycleOp, SeedStage
-from esper.scripts.train import main
+from esper.scripts.cli import main
 from esper.tolaria import TASKS
 from esper.tolaria.grown import GROWN_FORMAT, read_grown
 

@@ -191,7 +191,7 @@ def test_the_blueprint_order_knob_sets_each_slots_rotation() -> None:
 def test_the_tuned_knobs_of_a_task_are_its_heuristic_defaults(monkeypatch, tmp_path, workdir) -> None:
     """A task's tuned file is the layer under config files and flags, in every command."""
     from conftest import tiny_shapes_task
-    from esper.scripts.train import main
+    from esper.scripts.cli import main
     from esper.tamiyo import heuristic
     from esper.tolaria import TASKS
 

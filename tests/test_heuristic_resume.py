@@ -11,7 +11,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 from conftest import tiny_shapes_task
-from esper.scripts.train import main
+from esper.scripts.cli import main
 from esper.tolaria import TASKS
 from test_cli import check_usage_error
 

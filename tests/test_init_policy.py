@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from conftest import tiny_shapes_task
-from esper.scripts.train import main
+from esper.scripts.cli import main
 from esper.simic.checkpoint import policy_only
 from esper.tolaria import TASKS
 from test_cli import check_usage_error

@@ -10,7 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 from conftest import tiny_shapes_task
-from esper.scripts.train import main
+from esper.scripts.cli import main
 from esper.tolaria import TASKS
 
 README = (Path(__file__).parents[1] / "README.md").read_text()

@@ -14,7 +14,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 from conftest import tiny_shapes_task
 from esper.karn.rundir import read_run
-from esper.scripts.train import main
+from esper.scripts.cli import main
 from esper.tolaria import TASKS
 from test_cli import check_usage_error
 

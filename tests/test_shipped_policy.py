@@ -9,8 +9,8 @@ from pathlib import Path
 
 import torch
 
+from esper.scripts.cli import main
 from esper.scripts.evaluate import parse_controller
-from esper.scripts.train import main
 from esper.simic import PolicyController
 from esper.simic.checkpoint import policy_sha256
 from esper.tamiyo import trained_policy_names, trained_policy_path, trained_policy_record

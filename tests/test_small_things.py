@@ -13,7 +13,7 @@ import torch
 
 import esper
 from esper.leyline import BlendSchedule, Decision, LifecycleOp
-from esper.scripts.train import main
+from esper.scripts.cli import main
 from esper.tolaria import TASKS, EnvConfig, get_task
 
 

@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 
 from conftest import tiny_shapes_task
+from esper.scripts.cli import build_parser
 from esper.scripts.evaluate import _task_data
+from esper.scripts.grow import resolve_growth
 from esper.scripts.ppo import resolve_ppo
-from esper.scripts.train import build_parser, resolve_growth
 from esper.tolaria import TASKS
 from esper.tolaria.datasets import ImageData
 

@@ -12,9 +12,9 @@ from rich.console import Console
 
 sys.path.insert(0, str(Path(__file__).parent))
 from conftest import tiny_shapes_task
+from esper.karn.live_view import render, sparkline, watch
 from esper.karn.rundir import read_run
-from esper.karn.watch import render, sparkline, watch
-from esper.scripts.train import main
+from esper.scripts.cli import main
 from esper.tolaria import TASKS
 from test_cli import check_usage_error
 

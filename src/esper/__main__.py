@@ -2,6 +2,6 @@
 
 import sys
 
-from esper.scripts.train import main
+from esper.scripts.cli import main
 
 sys.exit(main())

@@ -11,7 +11,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
 from conftest import tiny_shapes_task
-from esper.scripts.train import main
+from esper.scripts.cli import main
 from esper.tolaria import TASKS
 
 pytestmark = pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices")

@@ -4,8 +4,8 @@ run directory back (`rundir`) for the HTML report (`figures`, `html`) and the li
 runs paired over seeds."""
 
 from esper.karn.files import write_atomic, write_json_atomic, write_torch_atomic
-from esper.karn.report import episode_summary
 from esper.karn.stats import Estimate, estimate, paired_difference
+from esper.karn.summary import episode_summary
 
 __all__ = [
     "Estimate",

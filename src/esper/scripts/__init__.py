@@ -1,1 +1,1 @@
-"""Scripts: the command-line entry points (`esper ...` and `python -m esper.scripts.train ...`)."""
+"""Scripts: the command-line entry points (`esper ...` and `python -m esper.scripts.cli ...`)."""

@@ -66,7 +66,7 @@ from esper.scripts.config import (
     resolved_config,
     split_config,
 )
-from esper.scripts.signals import GracefulStop, StopRequested
+from esper.scripts.stopping import GracefulStop, StopRequested
 from esper.simic.checkpoint import CheckpointError, policy_sha256
 from esper.simic.controller import PolicyController
 from esper.simic.distributed import SINGLE_PROCESS

@@ -1,4 +1,4 @@
-"""`python -m esper.scripts.train ppo [...]`: learn a controller with PPO over vectorized envs.
+"""`python -m esper.scripts.cli ppo [...]`: learn a controller with PPO over vectorized envs.
 
 The run directory holds `metrics.jsonl` (one row per round), `summary.json`, `events.jsonl`
 (every env's lifecycle and epoch events) and `checkpoints/round-NNNN.pt`. `--resume` takes its
@@ -52,7 +52,7 @@ from esper.scripts.config import (
     parse_knobs,
     resolved_config,
 )
-from esper.scripts.signals import GracefulStop, StopRequested
+from esper.scripts.stopping import GracefulStop, StopRequested
 from esper.simic import CheckpointError
 from esper.simic.checkpoint import (
     POLICY_KEYS,

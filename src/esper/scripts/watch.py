@@ -36,6 +36,6 @@ def resolve_watch(args: argparse.Namespace) -> WatchJob:
 
 
 def run_watch(job: WatchJob) -> int:
-    from esper.karn.watch import watch
+    from esper.karn.live_view import watch
 
     return watch(job.path, job.interval, job.once)

@@ -43,8 +43,8 @@ from esper.tolaria.passes import DevicePasses
 from esper.tolaria.rng import draw_rng_seed, seeded_init
 from esper.tolaria.rollback import RollbackKeeper
 from esper.tolaria.seeds import LifecycleExecutor, SlotChange
-from esper.tolaria.signals import EpochMeasurements, SignalTracker, slot_signals
 from esper.tolaria.tasks import TaskSpec
+from esper.tolaria.tracking import EpochMeasurements, SignalTracker, slot_signals
 from esper.tolaria.training import PRECISIONS, TrainingEpoch, TrainStats, ValidationStats
 
 

@@ -1,17 +1,12 @@
-"""`esper heuristic|grow|ppo|eval|report|watch [...]`: grow hosts with the heuristic controller
-(or, with `grow`, any controller: a learned policy, random, static), learn a controller with PPO
-(`esper.scripts.ppo`), compare controllers on held-out seeds
-(`esper.scripts.evaluate`), draw a report of run directories (`esper.scripts.report`) or follow
-one live (`esper.scripts.watch`).
-
-Every bad input ends in one line on stderr and exit code 2, before anything is written.
+"""`esper heuristic` and `esper grow`: grow hosts episode after episode with the heuristic
+controller (or, with `grow`, any controller: a learned policy, random, static), resumable by
+episode. The dispatcher of every command is `esper.scripts.cli`.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from collections.abc import Sequence
@@ -19,17 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
 from tqdm import tqdm
 
-import esper
 from esper.karn import episode_summary, write_atomic, write_json_atomic, write_torch_atomic
-from esper.nissa import TelemetryError
 from esper.scripts.common import (
     MAX_RNG_SEED,
     AlreadyFinished,
-    OneLineParser,
-    RunFailure,
     UsageError,
     add_tracking_flags,
     check_blueprints_fit,
@@ -56,20 +46,13 @@ from esper.scripts.config import (
 from esper.scripts.evaluate import (
     SIZED_STATICS,
     ControllerSpec,
-    add_eval_parser,
     check_controller,
     make_controller,
     parse_controller,
-    resolve_eval,
     resolve_heuristic_blueprints,
-    run_eval,
 )
-from esper.scripts.ppo import add_ppo_parser, distributed_context, resolve_ppo, run_ppo
-from esper.scripts.report import add_report_parser, resolve_report, run_report
-from esper.scripts.signals import GracefulStop, StopRequested
-from esper.scripts.watch import add_watch_parser, resolve_watch, run_watch
-from esper.simic.distributed import SINGLE_PROCESS, shutdown_distributed
-from esper.simic.morphogenetic_envs import EnvFailure
+from esper.scripts.stopping import GracefulStop, StopRequested
+from esper.simic.distributed import SINGLE_PROCESS
 from esper.tamiyo import HeuristicConfig
 from esper.tolaria import (
     DEFAULT_TASK,
@@ -104,10 +87,8 @@ GROW_CONTROLLERS = (
 )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(prog="esper", description="Grow morphogenetic networks.")
-    parser.add_argument("--version", action="version", version=f"esper {esper.__version__} (torch {torch.__version__})")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
+def add_growth_parsers(sub: argparse._SubParsersAction) -> None:
+    """`esper heuristic` and `esper grow`: one parser each, with the same options."""
     h = add_command(sub, "heuristic", "train with the rule-based controller", HEURISTIC_GROUPS)
     g = add_command(sub, "grow", "train with a given controller: a learned policy, random, ...", HEURISTIC_GROUPS)
     g.add_argument("--controller", help=f"one of: {GROW_CONTROLLERS} (default heuristic)")
@@ -121,17 +102,6 @@ def build_parser() -> argparse.ArgumentParser:
             help="with --run-dir: continue that run from its first unfinished episode (a fresh start if it has none)",
         )
         add_tracking_flags(p)
-    add_ppo_parser(sub)
-    add_eval_parser(sub)
-    add_report_parser(sub)
-    add_watch_parser(sub)
-    return parser
-
-
-def reject_knobs(rest: Sequence[str]) -> None:
-    """A command without knob groups takes no extra flags."""
-    if rest:
-        raise UsageError(f"unrecognized arguments: {' '.join(rest)}")
 
 
 @dataclass(frozen=True)
@@ -352,85 +322,3 @@ def run_growth(run: GrowthRun) -> dict:
         flush=True,
     )
     return summary
-
-
-def set_threads(threads: int | None) -> None:
-    """`--threads`: torch's intra-op CPU threads for this process (the commands that train)."""
-    if threads is None:
-        return
-    cpus = os.cpu_count() or 1
-    if not 1 <= threads <= cpus:
-        raise UsageError(f"--threads {threads}: choose from 1 to {cpus} (the CPUs of this machine)")
-    torch.set_num_threads(threads)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    ctx = SINGLE_PROCESS
-    parser = build_parser()
-    if not (sys.argv[1:] if argv is None else argv):
-        parser.print_help()  # `esper` alone: what it can do, not an error about a missing command
-        return 0
-    try:
-        args, rest = parser.parse_known_args(argv)  # the rest: knob flags (`--ppo.gamma 1`)
-        set_threads(getattr(args, "threads", None))
-        if args.command == "ppo":
-            ctx = distributed_context(args)  # under torchrun: join the group before anything else
-            run, execute = resolve_ppo(args, rest, ctx), run_ppo
-            ctx.barrier()  # every rank has checked its arguments before rank 0 writes
-        elif args.command == "eval":
-            run, execute = resolve_eval(args, rest), run_eval
-        elif args.command == "report":
-            reject_knobs(rest)
-            run, execute = resolve_report(args), run_report
-        elif args.command == "watch":
-            reject_knobs(rest)
-            run, execute = resolve_watch(args), run_watch
-        else:
-            run, execute = resolve_growth(args, rest), run_growth
-    except UsageError as exc:
-        print(f"esper: error: {exc}", file=sys.stderr)
-        shutdown_distributed(graceful=False)
-        return 2
-    except AlreadyFinished as exc:
-        if ctx.is_main:
-            print(f"esper: {exc}", flush=True)
-        shutdown_distributed(graceful=True)
-        return 0
-    try:
-        execute(run)
-    except EnvFailure as exc:
-        print(f"esper: error: {exc}; the checkpoints written so far are intact (--resume last)", file=sys.stderr)
-        shutdown_distributed(graceful=False)
-        return 1
-    except RunFailure as exc:
-        if ctx.is_main:
-            print(f"esper: error: {exc}", file=sys.stderr)
-        shutdown_distributed(graceful=False)
-        return 1
-    except StopRequested as exc:
-        if ctx.is_main:
-            print(f"esper: {exc.message}", file=sys.stderr, flush=True)
-        shutdown_distributed(graceful=False)
-        return exc.exit_code
-    except TelemetryError as exc:
-        print(f"esper: error: {exc}", file=sys.stderr)
-        shutdown_distributed(graceful=False)
-        return 1
-    except BrokenPipeError:
-        # stdout was closed (e.g. `esper heuristic | head`): stop quietly, as Unix tools do.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        shutdown_distributed(graceful=False)
-        return 1
-    except OSError as exc:  # a full or unwritable disk: what was written before stays whole (atomic writes)
-        print(f"esper: error: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), file=sys.stderr)
-        shutdown_distributed(graceful=False)
-        return 1
-    except BaseException:
-        shutdown_distributed(graceful=False)
-        raise
-    shutdown_distributed()
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
