@@ -12,7 +12,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 
@@ -25,7 +26,7 @@ from esper.scripts.ppo import add_ppo_parser, distributed_context, resolve_ppo, 
 from esper.scripts.report import add_report_parser, resolve_report, run_report
 from esper.scripts.stopping import StopRequested
 from esper.scripts.watch import add_watch_parser, resolve_watch, run_watch
-from esper.simic.distributed import SINGLE_PROCESS, shutdown_distributed
+from esper.simic.distributed import SINGLE_PROCESS, DistContext, shutdown_distributed
 from esper.simic.morphogenetic_envs import EnvFailure
 
 
@@ -68,18 +69,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         set_threads(getattr(args, "threads", None))
         if args.command == "ppo":
             ctx = distributed_context(args)  # under torchrun: join the group before anything else
-            run, execute = resolve_ppo(args, rest, ctx), run_ppo
-            ctx.barrier()  # every rank has checked its arguments before rank 0 writes
-        elif args.command == "eval":
-            run, execute = resolve_eval(args, rest), run_eval
-        elif args.command == "report":
-            reject_knobs(rest)
-            run, execute = resolve_report(args), run_report
-        elif args.command == "watch":
-            reject_knobs(rest)
-            run, execute = resolve_watch(args), run_watch
-        else:
-            run, execute = resolve_growth(args, rest), run_growth
+        run, execute = resolve(args, rest, ctx)
     except UsageError as exc:
         print(f"esper: error: {exc}", file=sys.stderr)
         shutdown_distributed(graceful=False)
@@ -91,38 +81,55 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     try:
         execute(run)
-    except EnvFailure as exc:
-        print(f"esper: error: {exc}; the checkpoints written so far are intact (--resume last)", file=sys.stderr)
+    except BaseException as exc:
         shutdown_distributed(graceful=False)
-        return 1
-    except RunFailure as exc:
-        if ctx.is_main:
-            print(f"esper: error: {exc}", file=sys.stderr)
-        shutdown_distributed(graceful=False)
-        return 1
-    except StopRequested as exc:
-        if ctx.is_main:
-            print(f"esper: {exc.message}", file=sys.stderr, flush=True)
-        shutdown_distributed(graceful=False)
-        return exc.exit_code
-    except TelemetryError as exc:
-        print(f"esper: error: {exc}", file=sys.stderr)
-        shutdown_distributed(graceful=False)
-        return 1
-    except BrokenPipeError:
-        # stdout was closed (e.g. `esper heuristic | head`): stop quietly, as Unix tools do.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        shutdown_distributed(graceful=False)
-        return 1
-    except OSError as exc:  # a full or unwritable disk: what was written before stays whole (atomic writes)
-        print(f"esper: error: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), file=sys.stderr)
-        shutdown_distributed(graceful=False)
-        return 1
-    except BaseException:
-        shutdown_distributed(graceful=False)
-        raise
+        code = failure_exit_code(exc, ctx.is_main)
+        if code is None:
+            raise
+        return code
     shutdown_distributed()
     return 0
+
+
+Execute = Callable[[Any], object]
+
+
+def resolve(args: argparse.Namespace, rest: Sequence[str], ctx: DistContext) -> tuple[Any, Execute]:
+    """The command's checked run and the function that executes it."""
+    if args.command == "ppo":
+        run = resolve_ppo(args, rest, ctx)
+        ctx.barrier()  # every rank has checked its arguments before rank 0 writes
+        return run, run_ppo
+    if args.command == "eval":
+        return resolve_eval(args, rest), run_eval
+    if args.command in ("report", "watch"):
+        reject_knobs(rest)
+        return (resolve_report(args), run_report) if args.command == "report" else (resolve_watch(args), run_watch)
+    return resolve_growth(args, rest), run_growth
+
+
+def failure_exit_code(exc: BaseException, is_main: bool) -> int | None:
+    """The one line and exit code for a run that failed or was stopped; None: not ours to
+    report (a bug), re-raised with its traceback."""
+    if isinstance(exc, EnvFailure):
+        print(f"esper: error: {exc}; the checkpoints written so far are intact (--resume last)", file=sys.stderr)
+        return 1
+    if isinstance(exc, RunFailure | TelemetryError):
+        if is_main or isinstance(exc, TelemetryError):
+            print(f"esper: error: {exc}", file=sys.stderr)
+        return 1
+    if isinstance(exc, StopRequested):
+        if is_main:
+            print(f"esper: {exc.message}", file=sys.stderr, flush=True)
+        return exc.exit_code
+    if isinstance(exc, BrokenPipeError):
+        # stdout was closed (e.g. `esper heuristic | head`): stop quietly, as Unix tools do.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    if isinstance(exc, OSError):  # a full or unwritable disk: what was written before stays whole (atomic writes)
+        print(f"esper: error: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), file=sys.stderr)
+        return 1
+    return None
 
 
 if __name__ == "__main__":

@@ -149,19 +149,9 @@ def resolve_growth(args: argparse.Namespace, rest: Sequence[str] = ()) -> Growth
     slots = resolve_slots(task, settings["slots"])
     blueprints = resolve_heuristic_blueprints(task, knobs["heuristic"], settings["blueprints"])
     check_blueprints_fit(task, knobs["host"].width, slots, blueprints)
-    run_dir = (
-        Path(args.run_dir)
-        if args.run_dir
-        else Path("runs") / f"{time.strftime('%Y%m%d-%H%M%S')}-{args.command}-{task.name}"
-    )
+    run_dir = Path(args.run_dir or Path("runs") / f"{time.strftime('%Y%m%d-%H%M%S')}-{args.command}-{task.name}")
     config = resolved_config(settings, knobs)
-    if args.resume is None:
-        check_run_dir(run_dir, RUN_FILES)
-        finished: tuple[EpisodeOutcome, ...] = ()
-    else:
-        if args.run_dir is None:
-            raise UsageError("--resume last needs --run-dir: the run directory to continue (or to start)")
-        finished = finished_episodes(run_dir, config, episodes)
+    finished = resumed_episodes(args, run_dir, config, episodes)
     data = load_task_data(task, settings["data_dir"])
     env = EnvConfig(
         task=task,
@@ -189,6 +179,19 @@ def resolve_growth(args: argparse.Namespace, rest: Sequence[str] = ()) -> Growth
         tracking_project(args),
         finished,
     )
+
+
+def resumed_episodes(
+    args: argparse.Namespace, run_dir: Path, config: dict[str, Any], episodes: int
+) -> tuple[EpisodeOutcome, ...]:
+    """The episodes a `--resume last` run has already finished (none for a new run, whose
+    directory must not hold a run)."""
+    if args.resume is None:
+        check_run_dir(run_dir, RUN_FILES)
+        return ()
+    if args.run_dir is None:
+        raise UsageError("--resume last needs --run-dir: the run directory to continue (or to start)")
+    return finished_episodes(run_dir, config, episodes)
 
 
 def resolve_grow_controller(text: str, task: TaskSpec, host_width: int | None) -> ControllerSpec:
@@ -241,18 +244,30 @@ def finished_episodes(run_dir: Path, config: dict[str, Any], episodes: int) -> t
     return tuple(outcomes)  # all of them, without a summary: the run writes it
 
 
+def growth_summary(run: GrowthRun, env: MorphogeneticEnv, outcomes: list[EpisodeOutcome]) -> dict:
+    """`summary.json` of a finished run: the episodes' results with the settings they ran."""
+    slot_names = [s.name for s in env.model.slot_ids] if env.model is not None else list(run.env.enabled_slots)
+    settings = {
+        "task": run.task.name,
+        "episodes": run.episodes,
+        "max_epochs": run.env.max_epochs,
+        "slots": list(run.env.enabled_slots),
+        "max_germinations": run.env.max_germinations,
+        "blueprints": None if run.blueprints is None else list(run.blueprints),
+        "device": str(run.env.device),
+        "seed": run.rng_seed,
+        **torch_build(),
+    }
+    return episode_summary(run.task.name, run.controller.name, slot_names, outcomes, run.data.split_sizes(), settings)
+
+
 def run_growth(run: GrowthRun) -> dict:
     run.run_dir.mkdir(parents=True, exist_ok=True)
     start = len(run.finished)
     if start or (run.run_dir / "events.jsonl").exists():
         keep_events_before(run.run_dir / "events.jsonl", start)  # an unfinished episode is run again
-    bar = tqdm(
-        total=(run.episodes - start) * run.env.max_epochs,
-        unit="epoch",
-        disable=run.quiet,
-        file=sys.stderr,
-        dynamic_ncols=True,
-    )
+    total = (run.episodes - start) * run.env.max_epochs
+    bar = tqdm(total=total, unit="epoch", disable=run.quiet, file=sys.stderr, dynamic_ncols=True)
     hub = run_telemetry(
         run.run_dir,
         run.config,
@@ -295,25 +310,7 @@ def run_growth(run: GrowthRun) -> dict:
             f"stopped after episode {len(outcomes) - 1} ({len(outcomes)} of {run.episodes} finished); continue with "
             f"the same command and --resume last --run-dir {run.run_dir}",
         )
-    slot_names = [s.name for s in env.model.slot_ids] if env.model is not None else list(run.env.enabled_slots)
-    summary = episode_summary(
-        run.task.name,
-        run.controller.name,
-        slot_names,
-        outcomes,
-        run.data.split_sizes(),
-        {
-            "task": run.task.name,
-            "episodes": run.episodes,
-            "max_epochs": run.env.max_epochs,
-            "slots": list(run.env.enabled_slots),
-            "max_germinations": run.env.max_germinations,
-            "blueprints": None if run.blueprints is None else list(run.blueprints),
-            "device": str(run.env.device),
-            "seed": run.rng_seed,
-            **torch_build(),
-        },
-    )
+    summary = growth_summary(run, env, outcomes)
     write_json_atomic(run.run_dir / "summary.json", summary)
     print(
         f"final test accuracy {summary['final_test_accuracy']:.2f}%, selection (val) accuracy "

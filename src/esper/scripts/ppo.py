@@ -122,6 +122,24 @@ def add_ppo_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--device", help="device of the policy, and of the envs unless --devices (default cpu)")
     p.add_argument("--devices", nargs="+", help="devices the envs are spread over, round-robin")
     p.add_argument("--amp", help="mixed precision for the hosts on CUDA: bf16 or fp16 (fp16: one GradScaler per env)")
+    add_host_speed_flags(p)
+    p.add_argument("--save-every", type=int, help="write a checkpoint every R rounds, and after the last (default 1)")
+    p.add_argument(
+        "--resume",
+        help="continue from this checkpoint, from the latest one of a run directory, or with 'last' from the latest "
+        "one of --run-dir, starting fresh if it has none (settings and knobs come from the checkpoint unless given)",
+    )
+    p.add_argument(
+        "--init-policy",
+        help="start this new run from a trained policy: a checkpoint, a policy file or a shipped policy's name "
+        "(e.g. shapes); its weights, observation statistics and training seeds (which eval refuses and a cloning "
+        "skips) carry over, the optimizer and the counters start fresh",
+    )
+    add_clone_flags(p)
+
+
+def add_host_speed_flags(p: argparse.ArgumentParser) -> None:
+    """How the hosts' work is issued on their device: compiled, or replayed as CUDA graphs."""
     p.add_argument(
         "--compile",
         action="store_const",
@@ -143,18 +161,10 @@ def add_ppo_parser(sub: argparse._SubParsersAction) -> None:
         const=True,
         help="replay CUDA graphs (the default; turns them back on when resuming a --no-cuda-graphs run)",
     )
-    p.add_argument("--save-every", type=int, help="write a checkpoint every R rounds, and after the last (default 1)")
-    p.add_argument(
-        "--resume",
-        help="continue from this checkpoint, from the latest one of a run directory, or with 'last' from the latest "
-        "one of --run-dir, starting fresh if it has none (settings and knobs come from the checkpoint unless given)",
-    )
-    p.add_argument(
-        "--init-policy",
-        help="start this new run from a trained policy: a checkpoint, a policy file or a shipped policy's name "
-        "(e.g. shapes); its weights, observation statistics and training seeds (which eval refuses and a cloning "
-        "skips) carry over, the optimizer and the counters start fresh",
-    )
+
+
+def add_clone_flags(p: argparse.ArgumentParser) -> None:
+    """The behaviour-cloning warm start (`esper.simic.cloning`)."""
     p.add_argument(
         "--clone-episodes",
         type=int,
@@ -235,24 +245,10 @@ def resolve_ppo(args: argparse.Namespace, rest: Sequence[str] = (), ctx: DistCon
     policy_device, devices = resolve_devices(settings, ctx)
     amp = resolve_amp(settings["amp"], devices)
     slots = resolve_slots(task, settings["slots"])
-    blueprints = resolve_blueprints(task, settings["blueprints"], blueprint_names(task.topology))
-    head = blueprint_names(task.topology)
-    for name in blueprints:
-        if name not in head:
-            raise UsageError(
-                f"--blueprints {name}: the learned policy's blueprint head holds the residual blueprints "
-                f"({' '.join(head)}); width blueprints are for the heuristic and random controllers"
-            )
+    blueprints = policy_blueprints(task, settings["blueprints"])
     config = trainer_config(settings, knobs)
     spaces = PolicySpaces.derive(task.topology, task.slot_names, blueprints).signature()
-    init_policy = None
-    if resume is not None and settings["init_policy"] != resume["settings"].get("init_policy"):
-        raise UsageError(
-            f"--init-policy {settings['init_policy']}: a resumed run goes on from its checkpoint's policy; "
-            "--init-policy starts a new run"
-        )
-    if resume is None and settings["init_policy"] is not None:
-        init_policy = read_init_policy(settings["init_policy"], task.name, settings["hidden"], spaces)
+    init_policy = resolve_init_policy(settings, resume, task, spaces)
     if resume is not None:
         # A run directory whose last checkpoint is its last round but which has no summary (killed
         # in between; `check_not_finished` passed) is resumed to write it; a checkpoint file is not.
@@ -279,18 +275,11 @@ def resolve_ppo(args: argparse.Namespace, rest: Sequence[str] = (), ctx: DistCon
     )
     data = load_task_data(task, settings["data_dir"])
     env = EnvConfig(
-        task=task,
-        device=devices[0],
-        max_epochs=max_epochs,
-        enabled_slots=slots,
-        max_germinations=settings["max_germinations"],
-        amp=amp,
-        compile_backend="inductor" if settings["compile"] else None,
-        cuda_graphs=settings["cuda_graphs"],
-        thresholds=knobs["gates"],
-        governor=knobs["governor"],
+        task=task, device=devices[0], max_epochs=max_epochs, enabled_slots=slots,
+        max_germinations=settings["max_germinations"], thresholds=knobs["gates"], governor=knobs["governor"],
+        amp=amp, compile_backend="inductor" if settings["compile"] else None, cuda_graphs=settings["cuda_graphs"],
         host_width=knobs["host"].width,
-    )
+    )  # fmt: skip
     return PPORun(
         settings, task, data, env, devices, policy_device, config, blueprints, knobs, run_dir, resume, resume_path,
         args.quiet, ctx, tracking_project(args), set_aside, restart_in_place,
@@ -298,6 +287,33 @@ def resolve_ppo(args: argparse.Namespace, rest: Sequence[str] = (), ctx: DistCon
         clonings=past_clonings(resume or init_policy),
         init_policy=init_policy,
     )  # fmt: skip
+
+
+def policy_blueprints(task: TaskSpec, given: Sequence[str] | None) -> tuple[str, ...]:
+    """`--blueprints`, checked to fit the learned policy's blueprint head (the residual ones)."""
+    head = blueprint_names(task.topology)
+    blueprints = resolve_blueprints(task, given, head)
+    for name in blueprints:
+        if name not in head:
+            raise UsageError(
+                f"--blueprints {name}: the learned policy's blueprint head holds the residual blueprints "
+                f"({' '.join(head)}); width blueprints are for the heuristic and random controllers"
+            )
+    return blueprints
+
+
+def resolve_init_policy(
+    settings: dict[str, Any], resume: dict[str, Any] | None, task: TaskSpec, spaces: dict[str, Any]
+) -> dict[str, Any] | None:
+    """The policy a new run starts from (`--init-policy`); a resumed run goes on from its own."""
+    if resume is not None and settings["init_policy"] != resume["settings"].get("init_policy"):
+        raise UsageError(
+            f"--init-policy {settings['init_policy']}: a resumed run goes on from its checkpoint's policy; "
+            "--init-policy starts a new run"
+        )
+    if resume is None and settings["init_policy"] is not None:
+        return read_init_policy(settings["init_policy"], task.name, settings["hidden"], spaces)
+    return None
 
 
 def read_init_policy(name: str, task: str, hidden: int, spaces: dict[str, Any]) -> dict[str, Any]:
