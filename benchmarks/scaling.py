@@ -61,14 +61,21 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def host_epochs_per_second(n_envs: int, device: torch.device, epochs: int, graphs: bool) -> float:
-    """Timed after two warm-up epochs (the first runs eagerly and captures; the second replays)."""
-    envs, _ = make_trainer(n_envs, device, max_epochs=epochs + 2, graphs=graphs)
+def warmed_up(n_envs: int, device: torch.device, graphs: bool, epochs_left: int):
+    """`n_envs` envs two epochs into an episode with `epochs_left` more to go: the first epoch
+    runs eagerly and captures the graphs, the second replays them."""
+    envs, _ = make_trainer(n_envs, device, max_epochs=epochs_left + 2, graphs=graphs)
     envs.begin_round()
     ids = list(range(n_envs))
     for _ in range(2):
         envs.train_epoch(ids, [Decision.wait()] * n_envs)
     synchronize(device)
+    return envs, ids
+
+
+def host_epochs_per_second(n_envs: int, device: torch.device, epochs: int, graphs: bool) -> float:
+    """Timed after two warm-up epochs (the first runs eagerly and captures; the second replays)."""
+    envs, ids = warmed_up(n_envs, device, graphs, epochs_left=epochs)
     start = time.perf_counter()
     for _ in range(epochs):
         envs.train_epoch(ids, [Decision.wait()] * n_envs)
@@ -95,12 +102,7 @@ def gpu_busy(n_envs: int, device: torch.device, graphs: bool) -> dict[str, float
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
-    envs, _ = make_trainer(n_envs, device, max_epochs=4, graphs=graphs)
-    envs.begin_round()
-    ids = list(range(n_envs))
-    for _ in range(2):
-        envs.train_epoch(ids, [Decision.wait()] * n_envs)
-    synchronize(device)
+    envs, ids = warmed_up(n_envs, device, graphs, epochs_left=2)
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         start = time.perf_counter()
         envs.train_epoch(ids, [Decision.wait()] * n_envs)
@@ -126,12 +128,7 @@ def python_profile(n_envs: int, device: torch.device, graphs: bool, lines: int =
     import io
     import pstats
 
-    envs, _ = make_trainer(n_envs, device, max_epochs=4, graphs=graphs)
-    envs.begin_round()
-    ids = list(range(n_envs))
-    for _ in range(2):
-        envs.train_epoch(ids, [Decision.wait()] * n_envs)
-    synchronize(device)
+    envs, ids = warmed_up(n_envs, device, graphs, epochs_left=2)
     profiler = cProfile.Profile()
     profiler.enable()
     envs.train_epoch(ids, [Decision.wait()] * n_envs)

@@ -109,15 +109,21 @@ def graphed_on_cpu(env) -> None:
     env.passes.measurement_graph = graphs.MeasurementGraph(None)
 
 
+def cpu_env(graphed: bool, task=None, **kwargs):
+    """An env on the CPU, with the replay bookkeeping when `graphed`."""
+    env = make_env(task, **kwargs)
+    if graphed:
+        graphed_on_cpu(env)
+    return env
+
+
 def test_the_replay_bookkeeping_gives_the_eager_episode(monkeypatch) -> None:
     """A whole episode through the graph path's bookkeeping (warm-up, capture, replay, re-capture
     at each lifecycle change) equals the eager episode bitwise."""
     monkeypatch.setattr(graphs, "capture", capture_on_cpu)
     runs = []
     for graphed in (True, False):
-        env = make_env(max_epochs=10)
-        if graphed:
-            graphed_on_cpu(env)
+        env = cpu_env(graphed, max_epochs=10)
         env.reset(0)
         signals = [env.step(Decision(LifecycleOp.GERMINATE, "mid", "conv_light")).signals]
         signals += [env.step(Decision.wait()).signals for _ in range(9)]
@@ -176,9 +182,7 @@ def test_a_launched_measurement_of_an_undone_step_is_not_read(monkeypatch) -> No
     monkeypatch.setattr(graphs, "capture", capture_on_cpu)
     losses = []
     for graphed in (True, False):
-        env = make_env(max_epochs=6)
-        if graphed:
-            graphed_on_cpu(env)
+        env = cpu_env(graphed, max_epochs=6)
         env.reset(0)
         env.step(Decision.wait())
         env.step(Decision.wait())  # the measurement graph is captured by now
@@ -199,9 +203,7 @@ def test_merges_culls_rollbacks_and_transformers_replay_as_the_eager_episode(sce
     runs = []
     for graphed in (True, False):
         task = tiny_text_task() if scenario == "text" else None
-        env = make_env(task, max_epochs=9, thresholds=EVERYTHING_KEPT)
-        if graphed:
-            graphed_on_cpu(env)
+        env = cpu_env(graphed, task, max_epochs=9, thresholds=EVERYTHING_KEPT)
         seen = scripted_episode(env, scenario)
         runs.append((seen, [p.detach().clone() for p in env.model.parameters()]))
     (graphed_seen, graphed_params), (eager_seen, eager_params) = runs
