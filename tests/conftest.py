@@ -22,6 +22,21 @@ from esper.tolaria.training import validate
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--full", action="store_true", help="run every test: the slow tier too (what CI runs)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The default run is the fast tier: tests marked `slow` (end-to-end runs of several seconds)
+    are deselected unless `--full` is given, or `-m` chooses by marker itself."""
+    if config.getoption("--full") or config.option.markexpr:
+        return
+    slow = [item for item in items if item.get_closest_marker("slow") is not None]
+    if slow:
+        config.hook.pytest_deselected(items=slow)
+        items[:] = [item for item in items if item.get_closest_marker("slow") is None]
+
+
 def load_benchmark(name: str) -> ModuleType:
     """A script of `benchmarks/` (not a package) as a module, so its functions can be tested."""
     spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")

@@ -105,6 +105,7 @@ def test_an_op_is_allowed_exactly_when_some_slot_can_take_it(states, germinated,
         assert bool(op_mask[op]) == (op is LifecycleOp.WAIT or any(executable)), op.name
 
 
+@pytest.mark.slow
 def test_random_masked_policy_drives_a_real_env_without_a_refusal() -> None:
     env = make_env(max_epochs=14, slots=("early", "late"), max_germinations=3)
     space = ActionSpace(Topology.CNN, SLOTS, allowed_blueprints=("conv_light", "norm"))

@@ -82,6 +82,7 @@ BAD_INPUTS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", list(BAD_INPUTS))
 def test_bad_input_is_one_line_and_writes_nothing(
     case: str, workdir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
@@ -175,6 +176,7 @@ def test_cifar10_corrupt_file(broken: str, workdir: Path, tmp_path: Path, capsys
     assert tree(workdir) == {}
 
 
+@pytest.mark.slow
 def test_cifar10_run_reports_three_splits(workdir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A folder in the real format: the selection split is carved from the training batches (the
     last tenth), and `test_batch` is the test split, reported once per episode."""
@@ -237,6 +239,7 @@ def subprocess_env() -> dict[str, str]:
     return env
 
 
+@pytest.mark.slow
 def test_subprocess_bad_input_exit_code_and_no_traceback(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     result = subprocess.run(
@@ -362,6 +365,7 @@ def plateau_task(task: TaskSpec) -> TaskSpec:
     return dataclasses.replace(task, host_lr=0.0)
 
 
+@pytest.mark.slow
 def test_in_process_run_records_seeds(
     shapes_task: TaskSpec,
     workdir: Path,
@@ -416,6 +420,7 @@ def test_in_process_run_with_no_seed_budget(
     assert all(s["stage"] == "DORMANT" for e in epochs for s in e["slots"])
 
 
+@pytest.mark.slow
 def test_in_process_run_quiet_and_restricted_slots(
     shapes_task: TaskSpec,
     workdir: Path,

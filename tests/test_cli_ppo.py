@@ -65,6 +65,7 @@ def test_a_run_writes_metrics_summary_and_checkpoints(tiny_tasks, workdir: Path,
         assert plain_test_accuracy(esper.load_grown(run_dir / "grown" / name)) == record["final_test_accuracy"]
 
 
+@pytest.mark.slow
 def test_resume_continues_exactly(tiny_tasks, workdir: Path, tmp_path: Path) -> None:
     whole, split = tmp_path / "whole", tmp_path / "split"
     assert main(["ppo", "--episodes", "8", *TINY, "--run-dir", str(whole)]) == 0
@@ -78,6 +79,7 @@ def test_resume_continues_exactly(tiny_tasks, workdir: Path, tmp_path: Path) -> 
     assert all(torch.equal(final_a[k], final_b[k]) for k in final_a)
 
 
+@pytest.mark.slow
 def test_resuming_a_copied_run_by_its_checkpoint_file_continues_in_the_copy(
     tiny_tasks, workdir: Path, tmp_path: Path
 ) -> None:
@@ -93,6 +95,7 @@ def test_resuming_a_copied_run_by_its_checkpoint_file_continues_in_the_copy(
     assert Path(resumed["run_dir"]).resolve() == copy.resolve()
 
 
+@pytest.mark.slow
 def test_a_checkpoint_kept_outside_a_run_directory_resumes_in_its_recorded_one(
     tiny_tasks, workdir: Path, tmp_path: Path
 ) -> None:
@@ -104,6 +107,7 @@ def test_a_checkpoint_kept_outside_a_run_directory_resumes_in_its_recorded_one(
     assert [r["round"] for r in rows(run_dir)] == [1, 2]
 
 
+@pytest.mark.slow
 def test_resume_from_an_older_round_refuses_to_overwrite_later_checkpoints(
     tiny_tasks, workdir: Path, tmp_path: Path, capsys
 ) -> None:
@@ -149,6 +153,7 @@ def test_bad_arguments_get_one_line_and_exit_2(
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow
 def test_resume_from_a_missing_corrupt_or_mismatched_checkpoint(
     tiny_tasks, workdir: Path, tmp_path: Path, capsys
 ) -> None:
@@ -213,6 +218,7 @@ def test_a_checkpoint_of_an_older_format_is_refused_in_one_line(
     check_usage_error(capsys, ["ppo", "--resume", str(old)], "old.pt", "format 2", f"format {CHECKPOINT_FORMAT}")
 
 
+@pytest.mark.slow
 def test_cuda_graphs_are_on_unless_turned_off_and_recorded(tiny_tasks, workdir: Path, tmp_path: Path) -> None:
     for flags, expected in (([], True), (["--no-cuda-graphs"], False)):
         run_dir = tmp_path / f"run-{expected}"
@@ -223,6 +229,7 @@ def test_cuda_graphs_are_on_unless_turned_off_and_recorded(tiny_tasks, workdir: 
     assert json.loads((off / "config.json").read_text())["settings"]["cuda_graphs"] is True
 
 
+@pytest.mark.slow
 def test_knobs_come_from_a_config_file_and_flags_win(tiny_tasks, workdir: Path, tmp_path: Path) -> None:
     """Settings and knobs from a TOML file; a flag overrides the file; the run directory and the
     checkpoint record the resolved tree, and a resume keeps it."""

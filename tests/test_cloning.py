@@ -107,6 +107,7 @@ class GrowsAt:
         pass
 
 
+@pytest.mark.slow
 def test_a_static_demonstration_under_a_static_baseline_earns_exactly_nothing() -> None:
     """The twin a demonstration subtracts is the static host on the same seed and data order: a
     demonstrator that only waits is that host, so every reward is 0 to the last bit; one that
@@ -154,6 +155,7 @@ def test_a_demonstrated_action_the_masks_forbid_is_refused() -> None:
         demonstrate(env, heuristic, spaces, RewardFunction(RewardConfig(), 1.0), rng_seed=0, episode=0)
 
 
+@pytest.mark.slow
 def test_ppo_clones_the_heuristic_within_its_blueprints(workdir: Path, capsys, monkeypatch) -> None:
     """The warm start's heuristic germinated the tuned order's first blueprint whatever
     `--blueprints` allowed (the action NLL printed as inf)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 
 from conftest import make_env
@@ -21,6 +22,7 @@ class CountingBackend:
         return graph_module.forward
 
 
+@pytest.mark.slow
 def test_steady_state_epochs_do_not_recompile_and_growth_does() -> None:
     torch._dynamo.reset()
     backend = CountingBackend()

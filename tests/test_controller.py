@@ -31,6 +31,7 @@ def decisions_of(controller: PolicyController, rng_seed: int = 0) -> list:
     return seen
 
 
+@pytest.mark.slow
 def test_a_fresh_policy_drives_an_episode_with_executable_decisions() -> None:
     """Sampling from an untrained policy explores: over a few episodes it germinates somewhere,
     and the env executes every decision (a refused one would raise)."""
@@ -66,6 +67,7 @@ def test_a_trained_policy_loads_from_its_checkpoint_and_drives_an_env(tiny_shape
     decisions_of(controller)
 
 
+@pytest.mark.slow
 def test_a_policy_acts_only_in_the_slots_it_was_trained_with() -> None:
     """In an env that enables every slot, a policy trained with `--slots mid` germinates, keeps
     and culls only there: the other slots are masked for it as they were in training."""

@@ -22,6 +22,7 @@ def reading(epochs_on_probation: int, selection: float, retest: float) -> dict:
     return {"epochs_on_probation": epochs_on_probation, "selection": selection, "retest": retest}
 
 
+@pytest.mark.slow
 def test_retest_readings_leave_the_episode_as_eval_runs_it(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(TASKS, "shapes", plateau_task(tiny_shapes_task()))  # the heuristic grows at once
     module = load_script()

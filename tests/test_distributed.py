@@ -71,6 +71,7 @@ def one_round_on_rank(rank: int, world_size: int, port: int, out_dir: str) -> No
         shutdown_distributed(graceful=False)
 
 
+@pytest.mark.slow
 def test_two_gloo_ranks_hold_the_same_policy_after_an_update(tmp_path: Path) -> None:
     mp.spawn(one_round_on_rank, args=(2, free_port(), str(tmp_path)), nprocs=2, join=True)
     r0 = torch.load(tmp_path / "rank0.pt", weights_only=True)

@@ -68,6 +68,7 @@ def rows(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.endswith("}")]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fresh_store", [False, True], ids=["shared store", "fresh store per attempt"])
 def test_a_rank_killed_mid_run_is_restarted_and_the_job_completes_exactly(tmp_path: Path, fresh_store: bool) -> None:
     whole, killed = tmp_path / "whole", tmp_path / "killed"

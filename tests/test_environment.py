@@ -114,6 +114,7 @@ def test_events_are_emitted() -> None:
     assert events[-1].data["slots"][1]["blueprint"] == "norm"
 
 
+@pytest.mark.slow
 def test_lifecycle_is_identical_with_and_without_telemetry(tmp_path) -> None:
     """Gates read explicit inputs, never telemetry: a silent env and a logged env agree exactly."""
     from esper.nissa import JsonlBackend, TelemetryHub

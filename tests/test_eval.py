@@ -41,6 +41,7 @@ def test_a_ppo_checkpoint_records_the_seeds_it_trained_on(policy_checkpoint: Pat
     assert payload["training_seeds"] == [5, 6]
 
 
+@pytest.mark.slow
 def test_eval_writes_one_entry_per_seed_and_paired_differences(
     tiny_shapes, workdir: Path, tmp_path: Path, capsys
 ) -> None:
@@ -96,6 +97,7 @@ def test_every_controller_sees_the_same_host_and_data_for_a_seed(tiny_shapes, wo
     assert accuracies[0][0] != accuracies[0][1]  # the seeds differ, so the pairing is not vacuous
 
 
+@pytest.mark.slow
 def test_matched_is_a_static_host_near_the_growing_controllers_size(tiny_shapes, workdir: Path, tmp_path: Path) -> None:
     run_dir = tmp_path / "eval"
     argv = ["eval", "--controllers", "random", "matched", "--seeds", "0:2", "--max-epochs", "4", "--workers", "0"]
@@ -107,6 +109,7 @@ def test_matched_is_a_static_host_near_the_growing_controllers_size(tiny_shapes,
     assert report["matched_width"] == TASKS["shapes"].width_for_params(round(grown))
 
 
+@pytest.mark.slow
 def test_compute_is_the_static_host_whose_run_costs_what_growth_cost(
     tiny_shapes, workdir: Path, tmp_path: Path, capsys
 ) -> None:
@@ -130,6 +133,7 @@ def test_compute_is_the_static_host_whose_run_costs_what_growth_cost(
     assert "compute - static" in report["paired"] and "naive:widen_100@0 - compute" in report["paired"]
 
 
+@pytest.mark.slow
 def test_a_policy_controller_runs_on_seeds_it_never_trained_on(
     tiny_shapes, policy_checkpoint: Path, workdir: Path, tmp_path: Path
 ) -> None:
@@ -310,6 +314,7 @@ def test_one_seed_is_measured_with_no_interval(tiny_shapes, workdir: Path, tmp_p
     assert report["paired"]["random - static"]["std"] is None
 
 
+@pytest.mark.slow
 def test_blueprints_restricts_what_the_heuristic_and_random_grow(workdir: Path, tmp_path: Path, monkeypatch) -> None:
     """`eval --blueprints` was accepted and ignored: every controller chose from its own set."""
     monkeypatch.setitem(TASKS, "shapes", plateau_task(tiny_shapes_task()))  # the heuristic grows at once

@@ -33,6 +33,7 @@ def without_seconds(report: dict) -> dict:
     return {k: v for k, v in report.items() if k in ("seeds", "controllers", "paired", "diagnostics")}
 
 
+@pytest.mark.slow
 def test_a_signal_stops_eval_and_resume_last_finishes_it_to_the_same_report(
     tiny_shapes, workdir: Path, tmp_path: Path, monkeypatch, capsys
 ) -> None:
@@ -62,6 +63,7 @@ def test_a_signal_stops_eval_and_resume_last_finishes_it_to_the_same_report(
     assert without_seconds(report) == without_seconds(json.loads((whole / "eval.json").read_text()))
 
 
+@pytest.mark.slow
 def test_eval_resume_refuses_other_settings(tiny_shapes, workdir: Path, tmp_path: Path, capsys) -> None:
     run_dir = tmp_path / "run"
     assert main([*EVAL, "--run-dir", str(run_dir)]) == 0

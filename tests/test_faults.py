@@ -28,6 +28,7 @@ def tiny_tasks(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(TASKS, "shapes", tiny_shapes_task())
 
 
+@pytest.mark.slow
 def test_a_full_disk_at_a_checkpoint_is_one_line_and_keeps_what_was_written(
     tiny_tasks, workdir: Path, tmp_path: Path, capsys, monkeypatch
 ) -> None:
@@ -52,6 +53,7 @@ def test_a_full_disk_at_a_checkpoint_is_one_line_and_keeps_what_was_written(
     assert [r["round"] for r in rows(run_dir)] == [1, 2, 3]
 
 
+@pytest.mark.slow
 def test_a_row_cut_short_by_a_kill_does_not_stop_the_resume(tiny_tasks, workdir: Path, tmp_path: Path) -> None:
     whole, killed = tmp_path / "whole", tmp_path / "killed"
     assert main(["ppo", "--episodes", "6", *TINY, "--run-dir", str(whole)]) == 0
@@ -74,6 +76,7 @@ def inject(monkeypatch, episode: int, epoch: int, fault) -> None:
     monkeypatch.setattr(MorphogeneticEnv, "train_batch", train_batch)
 
 
+@pytest.mark.slow
 def test_nan_in_one_env_mid_round_is_that_env_s_panic_and_the_run_completes(
     tiny_tasks, workdir: Path, tmp_path: Path, monkeypatch
 ) -> None:

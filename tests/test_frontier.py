@@ -80,6 +80,7 @@ def test_bad_input_is_one_line_with_exit_code_2(argv: list[str], fragment: str, 
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_a_small_frontier_runs_and_continues_where_it_stopped(tmp_path: Path, capsys) -> None:
     out = tmp_path / "front"
     argv = ["--seeds", "0:2", "--widths", "2:4", "--start-widths", "2", "--arms", "naive", "--max-epochs", "1"]

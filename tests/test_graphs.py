@@ -117,6 +117,7 @@ def cpu_env(graphed: bool, task=None, **kwargs):
     return env
 
 
+@pytest.mark.slow
 def test_the_replay_bookkeeping_gives_the_eager_episode(monkeypatch) -> None:
     """A whole episode through the graph path's bookkeeping (warm-up, capture, replay, re-capture
     at each lifecycle change) equals the eager episode bitwise."""
@@ -148,6 +149,7 @@ def test_a_replayed_epoch_counts_its_steps_and_writes_the_graphs_sums(monkeypatc
     assert env.signals.train_loss == pytest.approx(float(sums.loss) / 8)  # 400 images, batches of 50
 
 
+@pytest.mark.slow
 def test_envs_that_queue_their_measurements_together_equal_the_eager_envs(monkeypatch) -> None:
     """`MorphogeneticEnvs` launches every env's measurement before any env reads its own."""
     from conftest import tiny_shapes_task
@@ -195,6 +197,7 @@ def test_a_launched_measurement_of_an_undone_step_is_not_read(monkeypatch) -> No
     assert losses[0] == losses[1]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scenario", ["width", "cull", "panic", "text"])
 def test_merges_culls_rollbacks_and_transformers_replay_as_the_eager_episode(scenario: str, monkeypatch) -> None:
     from conftest import tiny_text_task

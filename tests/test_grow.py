@@ -67,6 +67,7 @@ def test_grow_with_each_baseline(controller: str, tiny_shapes, workdir: Path, tm
         assert summary["seed_params"] == 0
 
 
+@pytest.mark.slow
 def test_grow_with_the_heuristic_equals_the_heuristic_command(
     workdir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -122,6 +123,7 @@ def test_a_grow_run_defaults_to_a_run_directory_named_after_the_command(tiny_sha
     assert [p.name.split("-", 2)[2] for p in (workdir / "runs").iterdir()] == ["grow-shapes"]
 
 
+@pytest.mark.slow
 def test_a_heuristic_file_keeps_its_blueprint_order_without_the_flag(
     workdir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

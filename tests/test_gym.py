@@ -223,6 +223,7 @@ def test_wait_ignores_the_heads_it_does_not_use() -> None:
     assert not info["invalid_action"]
 
 
+@pytest.mark.slow
 def test_same_seed_same_episode_and_the_last_epoch_terminates() -> None:
     def episode(env: MorphogeneticGymEnv, seed: int | None):
         obs, _ = env.reset(seed=seed)

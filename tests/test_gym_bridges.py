@@ -76,6 +76,7 @@ def test_a_reward_with_another_shaping_gamma_is_refused(monkeypatch) -> None:
         gymnasium.make("esper/Morphogenetic-v0", gamma=1.0, reward=RewardConfig(static_baseline=True), max_epochs=2)
 
 
+@pytest.mark.slow
 def test_the_registered_id_makes_an_env_that_passes_check_env(monkeypatch) -> None:
     monkeypatch.setitem(TASKS, "shapes", tiny_shapes_task())
     env = gymnasium.make("esper/Morphogenetic-v0", task="shapes", gamma=0.99, max_epochs=2)

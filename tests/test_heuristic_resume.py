@@ -32,6 +32,7 @@ def results(run_dir: Path) -> dict:
     return {"episodes": episodes, **{k: summary[k] for k in keys}}
 
 
+@pytest.mark.slow
 def test_a_run_killed_in_its_third_episode_resumes_to_the_same_results(tiny_tasks, workdir: Path, tmp_path) -> None:
     whole, killed = tmp_path / "whole", tmp_path / "killed"
     assert main([*RUN, "--run-dir", str(whole)]) == 0
@@ -54,6 +55,7 @@ def test_a_run_killed_in_its_third_episode_resumes_to_the_same_results(tiny_task
     assert ends == [0, 1, 2]
 
 
+@pytest.mark.slow
 def test_resume_last_on_a_finished_run_does_nothing_and_succeeds(tiny_tasks, workdir: Path, tmp_path, capsys) -> None:
     run_dir = tmp_path / "run"
     assert main([*RUN, "--run-dir", str(run_dir)]) == 0
@@ -64,6 +66,7 @@ def test_resume_last_on_a_finished_run_does_nothing_and_succeeds(tiny_tasks, wor
     assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before
 
 
+@pytest.mark.slow
 def test_every_episode_saved_but_no_summary_resumes_to_the_summary(tiny_tasks, workdir: Path, tmp_path) -> None:
     """Killed after its last episode was saved, before the summary: resuming writes the summary."""
     run_dir = tmp_path / "run"
@@ -74,6 +77,7 @@ def test_every_episode_saved_but_no_summary_resumes_to_the_summary(tiny_tasks, w
     assert results(run_dir) == whole
 
 
+@pytest.mark.slow
 def test_resume_refuses_other_settings(tiny_tasks, workdir: Path, tmp_path, capsys) -> None:
     run_dir = tmp_path / "run"
     assert main([*RUN, "--run-dir", str(run_dir)]) == 0
@@ -84,6 +88,7 @@ def test_resume_refuses_other_settings(tiny_tasks, workdir: Path, tmp_path, caps
     check_usage_error(capsys, [*RUN, "--resume", "last"], "--resume last needs --run-dir")
 
 
+@pytest.mark.slow
 def test_a_heuristic_process_killed_with_sigkill_resumes_to_the_same_results(tmp_path: Path) -> None:
     """The real thing, on the default task: `kill -9` after the first episode is saved."""
     import signal

@@ -297,6 +297,7 @@ def test_a_governor_panic_in_one_env_leaves_the_others_data_unchanged() -> None:
     assert envs.signals[1] == clean_envs.signals[1]
 
 
+@pytest.mark.slow
 def test_a_static_baseline_runs_a_round_on_one_seed_beside_its_static_twin() -> None:
     """The envs of a round share one seed and one static twin, which never reaches the buffer;
     each env's accuracy and baseline rewards telescope to its gain over the twin; the seeds

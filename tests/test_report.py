@@ -49,6 +49,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {name: root / name for name in ("grown", "static", "ppo")}
 
 
+@pytest.mark.slow
 def test_a_grown_run_and_its_static_twin_give_a_page_and_figures(runs, tmp_path: Path, capsys) -> None:
     out = tmp_path / "report"
     assert main(["report", str(runs["grown"]), str(runs["static"]), "--out", str(out)]) == 0
@@ -105,6 +106,7 @@ def render(page: Path) -> tuple[str, list[str]]:
     return done.stdout, [line for line in done.stderr.splitlines() if ":CONSOLE" in line]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("chromium") is None, reason="needs Chromium (apt-get install chromium)")
 def test_the_page_renders_in_chromium_with_no_console_message(runs, tmp_path: Path) -> None:
     out = tmp_path / "report"

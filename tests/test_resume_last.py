@@ -22,6 +22,7 @@ def tiny_tasks(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(TASKS, "shapes", tiny_shapes_task())
 
 
+@pytest.mark.slow
 def test_resume_last_starts_fresh_then_continues_exactly(tiny_tasks, workdir: Path, tmp_path: Path) -> None:
     whole, split = tmp_path / "whole", tmp_path / "split"
     assert main(["ppo", "--episodes", "6", *TINY, "--run-dir", str(whole)]) == 0
@@ -59,6 +60,7 @@ def test_resume_last_on_a_finished_run_does_nothing_and_succeeds(
     assert not (run_dir / "summary.json").exists()
 
 
+@pytest.mark.slow
 def test_a_run_directory_given_to_resume_means_its_latest_checkpoint(tiny_tasks, workdir: Path, tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     assert main(["ppo", "--episodes", "4", *TINY, "--save-every", "1", "--run-dir", str(run_dir)]) == 0
@@ -66,6 +68,7 @@ def test_a_run_directory_given_to_resume_means_its_latest_checkpoint(tiny_tasks,
     assert [r["round"] for r in rows(run_dir)] == [1, 2, 3]
 
 
+@pytest.mark.slow
 def test_a_damaged_latest_checkpoint_is_set_aside_with_a_warning(
     tiny_tasks, workdir: Path, tmp_path: Path, capsys
 ) -> None:

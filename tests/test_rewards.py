@@ -94,6 +94,7 @@ def test_the_return_of_an_episode_is_its_objective_gain(path, price, weight) -> 
     assert math.isclose(episode_return(reward, path), expected, rel_tol=1e-9, abs_tol=1e-9)
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(trajectories(), trajectories(), st.floats(0.0, 5.0), st.sampled_from(["dense", "sparse"]))
 def test_higher_final_accuracy_at_equal_parameters_earns_a_higher_return(a, b, price, mode) -> None:

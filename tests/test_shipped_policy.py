@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import torch
 
 from esper.scripts.cli import main
@@ -77,6 +78,7 @@ def test_eval_refuses_the_shapes_policy_on_a_seed_it_trained_on(capsys) -> None:
     check_usage_error(capsys, argv, f"policy:shapes was trained on seed {seed}")
 
 
+@pytest.mark.slow
 def test_grow_runs_the_shapes_policy_on_the_real_task(workdir, tmp_path) -> None:
     """`esper grow --controller policy:shapes`: the learned controller's one-command equivalent of
     `esper heuristic`, on the task it was trained for (two epochs, to stay fast)."""

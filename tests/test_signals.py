@@ -54,6 +54,7 @@ def whole(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return run_dir
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("sent", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
 def test_a_signal_finishes_the_round_then_resume_last_completes_it_exactly(
     whole: Path, tmp_path: Path, sent: signal.Signals, code: int
@@ -73,6 +74,7 @@ def test_a_signal_finishes_the_round_then_resume_last_completes_it_exactly(
     assert [without_timing(r) for r in rows(split)] == [without_timing(r) for r in rows(whole)]
 
 
+@pytest.mark.slow
 def test_a_second_signal_stops_at_once_and_leaves_the_checkpoints_whole(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     stopped = start_then_signal(run_dir, [signal.SIGTERM, signal.SIGTERM])
@@ -83,6 +85,7 @@ def test_a_second_signal_stops_at_once_and_leaves_the_checkpoints_whole(tmp_path
     assert all(json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines())
 
 
+@pytest.mark.slow
 def test_kill_9_loses_at_most_the_round_in_flight_and_resume_last_completes_it(whole: Path, tmp_path: Path) -> None:
     run_dir = tmp_path / "killed"
     killed = start_then_signal(run_dir, [signal.SIGKILL])

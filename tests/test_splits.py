@@ -47,6 +47,7 @@ def heuristic_episode(data: ImageData):
     return outcome, controller.seen
 
 
+@pytest.mark.slow
 def test_a_garbage_test_split_changes_no_decision_of_the_heuristic() -> None:
     data = tiny_shapes_data()
     outcome, seen = heuristic_episode(data)

@@ -91,6 +91,7 @@ def event_keys(run_dir: Path) -> list[tuple]:
     return [(e["kind"], e["episode"], e["epoch"]) for e in map(json.loads, lines)]
 
 
+@pytest.mark.slow
 def test_a_ppo_run_killed_mid_round_resumes_without_writing_any_point_twice(tiny_shapes, workdir, tmp_path) -> None:
     """The killed round's episodes were in `events.jsonl` and TensorBoard twice, once from the
     interrupted try and once from the rerun (the warm start's episodes, numbered as the rounds'
@@ -109,6 +110,7 @@ def test_a_ppo_run_killed_mid_round_resumes_without_writing_any_point_twice(tiny
     assert steps_per_tag(read_board(killed)) == steps_per_tag(read_board(whole))
 
 
+@pytest.mark.slow
 def test_a_heuristic_run_killed_mid_episode_resumes_without_writing_any_point_twice(
     tiny_shapes, workdir, tmp_path
 ) -> None:
