@@ -588,3 +588,9 @@ def test_a_damaged_run_file_is_one_line(capsys, tmp_path, name: str, content: by
     (run_dir / "events.jsonl").write_text("")
     (run_dir / name).write_bytes(content)
     check_usage_error(capsys, [command[0], str(run_dir), *command[1:]], fragment)
+
+
+def test_a_lone_double_dash_as_a_value_is_one_line(workdir: Path, capsys) -> None:
+    """argparse hands `--episodes=--` over as an empty list; it was a TypeError traceback."""
+    check_usage_error(capsys, ["heuristic", "--episodes=--", "--run-dir", "r"], "--episodes", "expected one value")
+    assert not Path("r").exists()

@@ -47,6 +47,13 @@ class OneLineParser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         raise UsageError(message)
 
+    def _get_values(self, action: argparse.Action, arg_strings: list[str]) -> Any:
+        """argparse drops a lone `--` as an option's value (`--episodes=--`) and hands back an
+        empty list, unconverted; an option that takes one value refuses it instead."""
+        if action.nargs is None and action.option_strings and arg_strings in ([], ["--"]):
+            raise UsageError(f"{'/'.join(action.option_strings)}: expected one value, got '--'")
+        return super()._get_values(action, arg_strings)
+
 
 def torch_build() -> dict[str, str]:
     """The torch version and the CPU kernels it dispatched to, for a run's record. Results are
