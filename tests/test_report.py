@@ -122,3 +122,42 @@ def test_the_page_renders_in_chromium_with_no_console_message(runs, tmp_path: Pa
     dom, console = render(bad)
     assert console and 'data-images="broken"' in dom
     assert json.loads(json.dumps(console))  # plain strings
+
+
+DAMAGES = {
+    "truncated": lambda data: data[: len(data) // 2],
+    "garbage bytes": lambda data: b"\x00\xff\xfe garbage \x81" + data[7:],
+    "wrong types": lambda data: b"[1, 2, 3]\n" if data.lstrip().startswith(b"{") else b'"text"\n',
+    "empty": lambda data: b"",
+    "wrong keys": lambda data: b'{"x": 1}\n{"y": [2]}\n' if b"\n" in data.strip() else b'{"x": 1}',
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("damage", sorted(DAMAGES))
+@pytest.mark.parametrize(
+    ("run", "name"),
+    [
+        ("grown", "events.jsonl"),
+        ("grown", "summary.json"),
+        ("grown", "config.json"),
+        ("ppo", "metrics.jsonl"),
+        ("ppo", "summary.json"),
+    ],
+)
+def test_report_and_watch_of_a_damaged_run_file_are_one_line_or_read_around_it(
+    runs, run: str, name: str, damage: str, tmp_path: Path, capsys
+) -> None:
+    """Each run file damaged four ways: `report` and `watch` either read what is whole or stop
+    with exit 2 and one line naming the file; never a traceback."""
+    copy = tmp_path / run
+    shutil.copytree(runs[run], copy, ignore=shutil.ignore_patterns("report"))
+    target = copy / name
+    target.write_bytes(DAMAGES[damage](target.read_bytes()))
+    for argv in (["report", str(copy), "--out", str(tmp_path / "out")], ["watch", str(copy), "--once"]):
+        rc = main(argv)
+        _, err = capsys.readouterr()
+        assert rc in (0, 2), (argv, err)
+        if rc == 2:  # one line, naming the damaged file (or saying the run has nothing to read yet)
+            assert len(err.splitlines()) == 1 and (name in err or "no epoch yet" in err), err
+        assert "Traceback" not in err

@@ -29,11 +29,14 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     rows = []
     for number, line in enumerate(lines):
         try:
-            rows.append(json.loads(line))
+            row = json.loads(line)
         except json.JSONDecodeError:
             if number == len(lines) - 1:
                 break  # being written right now
             raise RunDirError(f"{str(path)!r} line {number + 1} is not JSON") from None
+        if not isinstance(row, dict):
+            raise RunDirError(f"{str(path)!r} line {number + 1} is not a JSON object: not a file Esper wrote")
+        rows.append(row)
     return rows
 
 
@@ -107,14 +110,39 @@ class RunView:
 
 
 def read_json(path: Path) -> Any:
-    """A JSON file of a run directory (None when absent); a `RunDirError` naming it when it is
-    damaged (written atomically, so damage is from outside Esper)."""
+    """A JSON object file of a run directory (None when absent); a `RunDirError` naming it when
+    it is damaged (written atomically, so damage is from outside Esper)."""
     if not path.exists():
         return None
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        value = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise RunDirError(f"{str(path)!r} is damaged ({type(exc).__name__}): not readable as JSON") from None
+    if not isinstance(value, dict):
+        raise RunDirError(f"{str(path)!r} is damaged: a JSON {type(value).__name__} where an object belongs")
+    return value
+
+
+def add_event(episodes: dict[int, EpisodeTrace], position: int, event: dict[str, Any]) -> None:
+    """Add one line of `events.jsonl` to the trace of its episode."""
+    trace = episodes.setdefault(event["episode"], EpisodeTrace(event["episode"]))
+    trace.last_seen = position
+    kind = event["kind"]
+    if kind == "epoch":
+        trace.epochs.append(event["epoch"])
+        trace.train_accuracy.append(event["train_accuracy"])
+        trace.val_accuracy.append(event["val_accuracy"])
+        trace.decisions.append(event["decision"])
+        for slot in event["slots"]:
+            trace.slots[slot["slot"]].append({"epoch": event["epoch"], **slot})
+    elif kind == "stage_change":
+        trace.changes.append({"epoch": event["epoch"], **event})
+    elif kind == "governor_rollback":
+        trace.rollbacks.append(event)
+    elif kind == "episode_end":
+        trace.final_test_accuracy = event["final_test_accuracy"]
+        trace.final_val_accuracy = event["final_val_accuracy"]
+        trace.seed_params = event["seed_params"]
 
 
 def read_run(path: str | Path) -> RunView:
@@ -129,23 +157,20 @@ def read_run(path: str | Path) -> RunView:
     config = read_json(path / "config.json") or {}
     summary = read_json(path / "summary.json")
     episodes: dict[int, EpisodeTrace] = {}
-    for position, event in enumerate(read_jsonl(path / "events.jsonl")):
-        trace = episodes.setdefault(event["episode"], EpisodeTrace(event["episode"]))
-        trace.last_seen = position
-        kind = event["kind"]
-        if kind == "epoch":
-            trace.epochs.append(event["epoch"])
-            trace.train_accuracy.append(event["train_accuracy"])
-            trace.val_accuracy.append(event["val_accuracy"])
-            trace.decisions.append(event["decision"])
-            for slot in event["slots"]:
-                trace.slots[slot["slot"]].append({"epoch": event["epoch"], **slot})
-        elif kind == "stage_change":
-            trace.changes.append({"epoch": event["epoch"], **event})
-        elif kind == "governor_rollback":
-            trace.rollbacks.append(event)
-        elif kind == "episode_end":
-            trace.final_test_accuracy = event["final_test_accuracy"]
-            trace.final_val_accuracy = event["final_val_accuracy"]
-            trace.seed_params = event["seed_params"]
-    return RunView(path, config, summary, episodes, read_jsonl(path / "metrics.jsonl"))
+    events = path / "events.jsonl"
+    for position, event in enumerate(read_jsonl(events)):
+        try:
+            add_event(episodes, position, event)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise RunDirError(f"{str(events)!r} line {position + 1} is not an event Esper wrote ({exc!r})") from None
+    return RunView(path, config, summary, episodes, read_metrics(path / "metrics.jsonl"))
+
+
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    """The PPO rounds' rows, each checked to be one: numbered by its `round`, numbers throughout."""
+    rows = read_jsonl(path)
+    for number, row in enumerate(rows):
+        numeric = all(isinstance(v, int | float) for v in row.values())
+        if not isinstance(row.get("round"), int) or not numeric:
+            raise RunDirError(f"{str(path)!r} line {number + 1} is not a round's metrics: not a file Esper wrote")
+    return rows
