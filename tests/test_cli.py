@@ -218,6 +218,17 @@ def test_existing_run_dir_is_left_alone(
     assert tree(run_dir) == before
 
 
+def test_an_occupied_run_dir_names_the_command_that_owns_it(
+    workdir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_dir = tmp_path / "ppo_run"
+    run_dir.mkdir()
+    (run_dir / "config.json").write_text('{"command": "ppo", "settings": {}, "knobs": {}}')
+    before = tree(run_dir)
+    check_usage_error(capsys, ["grow", "--run-dir", str(run_dir)], "holds an `esper ppo` run", "config.json")
+    assert tree(run_dir) == before
+
+
 def test_run_dir_that_is_a_file(workdir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     target = tmp_path / "a_file"
     target.write_text("keep me")

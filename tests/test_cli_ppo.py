@@ -269,9 +269,20 @@ def test_a_bad_config_file_is_one_line(text, fragments, tiny_tasks, workdir: Pat
     assert not (tmp_path / "run").exists()
 
 
-def test_help_lists_the_knobs(capsys) -> None:
+def test_help_shows_the_settings_and_names_the_knob_groups(capsys) -> None:
     with pytest.raises(SystemExit):
         main(["ppo", "--help"])
+    text = capsys.readouterr().out
+    assert "--n-envs" in text and "--ppo.learning_rate" not in text  # the knobs are one step away
+    for group in ("ppo", "reward", "gates", "governor", "host", "heuristic"):
+        assert f"\n  {group} " in text
+    assert "esper ppo --help-knobs GROUP" in text
+
+
+def test_help_knobs_lists_the_knob_flags(capsys) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["ppo", "--help-knobs"])
+    assert exit_info.value.code == 0
     text = capsys.readouterr().out
     for flag in (
         "--ppo.learning_rate",
@@ -282,3 +293,16 @@ def test_help_lists_the_knobs(capsys) -> None:
     ):
         assert flag in text
     assert "--host.host_lr" in text and "Peak learning rate of the host" in " ".join(text.split())  # docstrings
+
+
+def test_help_knobs_of_one_group(capsys) -> None:
+    with pytest.raises(SystemExit):
+        main(["ppo", "--help-knobs", "reward"])
+    text = capsys.readouterr().out
+    assert "--reward.param_price" in text and "--ppo.learning_rate" not in text
+
+
+def test_help_knobs_of_an_unknown_group_is_one_line(capsys) -> None:
+    assert main(["heuristic", "--help-knobs", "bogus"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "'bogus'" in err and "heuristic gates governor host" in err

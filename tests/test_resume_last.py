@@ -128,6 +128,10 @@ def test_resume_last_needs_a_run_directory(workdir: Path, capsys) -> None:
         ),
         ({"summary.json": "{}", "events.jsonl": "{}\n", "config.json": "{}"}, "summary.json"),
         ({"eval.json": "{}", "config.json": "{}"}, "eval.json"),
+        # the owner named: what config.json records, or the command line of an older record
+        ({"config.json": '{"command": "heuristic", "settings": {}}', "events.jsonl": "{}\n"}, "`esper heuristic` run"),
+        ({"config.json": '{"command_line": ["esper", "grow"], "settings": {}}'}, "`esper grow` run"),
+        ({"eval.json": "{}", "config.json": "{}"}, "`esper eval` run"),
     ],
 )
 def test_resume_last_never_restarts_over_another_run(

@@ -73,6 +73,26 @@ def check_minimum(name: str, value: int, minimum: int) -> None:
         raise UsageError(f"{name} must be >= {minimum}, got {value}")
 
 
+COMMANDS = ("heuristic", "grow", "ppo", "eval")
+"""The commands that write run directories."""
+
+
+def run_owner(folder: Path) -> str | None:
+    """The command whose run `folder` holds, as its `config.json` records it (runs written before
+    the record had it: the command line, or `eval.json`); None when nothing says."""
+    try:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        config = None
+    if isinstance(config, dict):
+        if config.get("command") in COMMANDS:
+            return str(config["command"])
+        line = config.get("command_line")
+        if isinstance(line, list) and len(line) > 1 and line[1] in COMMANDS:
+            return str(line[1])
+    return "eval" if (folder / "eval.json").is_file() else None
+
+
 def check_run_dir(run_dir: Path, run_files: Sequence[str]) -> None:
     """The run directory must be creatable and must not already hold a run (nothing is overwritten)."""
     try:
@@ -83,8 +103,10 @@ def check_run_dir(run_dir: Path, run_files: Sequence[str]) -> None:
     except OSError as exc:
         raise UsageError(f"--run-dir {str(run_dir)!r} cannot be checked: {exc.strerror or exc}") from None
     if existing:
+        owner = run_owner(run_dir)
+        kind = f"an `esper {owner}` run" if owner else "a run"
         raise UsageError(
-            f"run directory {str(run_dir)!r} already holds a run ({', '.join(existing)}); choose a new --run-dir"
+            f"run directory {str(run_dir)!r} already holds {kind} ({', '.join(existing)}); choose a new --run-dir"
         )
     if not ancestor.is_dir():
         raise UsageError(f"--run-dir {str(run_dir)!r} cannot be created: {str(ancestor)!r} is not a folder")

@@ -255,20 +255,54 @@ def check_knob_types(name: str, group: Group, values: dict[str, Any]) -> None:
             raise UsageError(f"[{name}] {field.name} takes {kinds}, got {value!r}")
 
 
-def knobs_help(groups: dict[str, Group]) -> str:
-    """The knob flags with their help, for the end of a subcommand's `--help`."""
-    text = knobs_parser(groups).format_help()
+def knobs_help(groups: dict[str, Group], chosen: Sequence[str] = ()) -> str:
+    """The knob flags of the `chosen` groups (all when empty) with their help: `--help-knobs`."""
+    text = knobs_parser({name: groups[name] for name in chosen or groups}).format_help()
     body = text[text.index("\n\n") :].strip("\n")
     return "knobs (also settable from --config FILE, as [group] tables):\n" + body
+
+
+def knob_groups_summary(command: str, groups: dict[str, Group]) -> str:
+    """The end of a subcommand's `--help`: one line per knob group, the knobs one step away."""
+    lines = [f"knob groups (--GROUP.KNOB VALUE, or a [GROUP] table in --config; `esper {command} --help-knobs GROUP`):"]
+    for name, group in groups.items():
+        doc = (type(group()).__doc__ or "").strip().splitlines()[0].rstrip(".")
+        lines.append(f"  {name:<10} {len(group_fields(group)):>2} knobs: {doc}")
+    return "\n".join(lines)
+
+
+class HelpKnobs(argparse.Action):
+    """`--help-knobs [GROUP ...]`: print the knob flags of those groups (all when none) and exit,
+    as `--help` does for the settings."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, groups: dict[str, Group], **kwargs: Any) -> None:
+        self.groups = groups
+        super().__init__(option_strings, dest, nargs="*", metavar="GROUP", default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: Any, values: Any, option_string: Any = None) -> None:
+        unknown = [v for v in values if v not in self.groups]
+        if unknown:
+            raise UsageError(f"--help-knobs {unknown[0]!r}: choose from {' '.join(self.groups)}")
+        print(knobs_help(self.groups, values))
+        parser.exit()
 
 
 def add_command(
     sub: argparse._SubParsersAction, name: str, help: str, groups: dict[str, Group], one_seed: bool = True
 ) -> argparse.ArgumentParser:
-    """A subcommand whose settings are its flags, with the flags every command shares, and its
-    knob groups listed at the end of its `--help`."""
+    """A subcommand whose settings are its flags, with the flags every command shares; its
+    `--help` shows the settings and names the knob groups, whose flags `--help-knobs` lists."""
     parser = sub.add_parser(
-        name, help=help, epilog=knobs_help(groups), formatter_class=argparse.RawDescriptionHelpFormatter
+        name,
+        help=help,
+        epilog=knob_groups_summary(name, groups),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--help-knobs",
+        action=HelpKnobs,
+        groups=groups,
+        help=f"list the knob flags of these groups (of all when none is named) and exit: {' '.join(groups)}",
     )
     parser.add_argument("--task", help="one of: shapes, pydoc, cifar10, textfile (default shapes)")
     parser.add_argument("--max-epochs", type=int, help="host epochs per episode (default: the task's)")
@@ -314,10 +348,11 @@ def jsonable(value: Any) -> Any:
     return value
 
 
-def resolved_config(settings: dict[str, Any], knobs: dict[str, Any]) -> dict[str, Any]:
-    """What a run directory records: the resolved settings and knobs, the Esper version and the
-    command line that produced them."""
+def resolved_config(command: str, settings: dict[str, Any], knobs: dict[str, Any]) -> dict[str, Any]:
+    """What a run directory records: the command that owns it, the resolved settings and knobs,
+    the Esper version and the command line that produced them."""
     return {
+        "command": command,
         "esper": version("esper"),
         "command_line": list(sys.argv),
         "settings": jsonable(settings),

@@ -335,7 +335,7 @@ def resolve_eval(args: argparse.Namespace, rest: list[str]) -> EvalRun:
     run_dir = (
         Path(args.run_dir) if args.run_dir else Path("runs") / f"{time.strftime('%Y%m%d-%H%M%S')}-eval-{task.name}"
     )
-    config = resolved_config(settings, knobs)
+    config = resolved_config("eval", settings, knobs)
     finished: tuple[dict[str, Any], ...] = ()
     if args.resume is not None and args.run_dir is None:
         raise UsageError("--resume last needs --run-dir: the run directory to continue (or to start)")

@@ -150,7 +150,7 @@ def resolve_growth(args: argparse.Namespace, rest: Sequence[str] = ()) -> Growth
     blueprints = resolve_heuristic_blueprints(task, knobs["heuristic"], settings["blueprints"])
     check_blueprints_fit(task, knobs["host"].width, slots, blueprints)
     run_dir = Path(args.run_dir or Path("runs") / f"{time.strftime('%Y%m%d-%H%M%S')}-{args.command}-{task.name}")
-    config = resolved_config(settings, knobs)
+    config = resolved_config(args.command, settings, knobs)
     finished = resumed_episodes(args, run_dir, config, episodes)
     data = load_task_data(task, settings["data_dir"])
     env = EnvConfig(

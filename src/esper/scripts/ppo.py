@@ -38,6 +38,7 @@ from esper.scripts.common import (
     resolve_device_arg,
     resolve_slots,
     resolve_task,
+    run_owner,
     run_telemetry,
     torch_build,
     tracking_project,
@@ -422,8 +423,10 @@ def check_restartable(folder: Path) -> None:
         if "clone_episodes" not in settings:
             foreign = ["config.json"]
     if foreign:
+        owner = run_owner(folder)
+        kind = f"an `esper {owner}` run" if owner and owner != "ppo" else "a run"
         raise UsageError(
-            f"--resume last: {str(folder)!r} holds no ppo checkpoint to continue, but a run that a fresh start "
+            f"--resume last: {str(folder)!r} holds no ppo checkpoint to continue, but {kind} that a fresh start "
             f"would overwrite ({', '.join(foreign)}); choose a new --run-dir"
         )
 
@@ -660,7 +663,7 @@ def run_ppo(run: PPORun) -> dict[str, Any]:
     main_rank = run.ctx.is_main
     if main_rank:
         prepare_run_dir(run)
-    config = resolved_config(run.settings, run.knobs)
+    config = resolved_config("ppo", run.settings, run.knobs)
     if main_rank:
         hub = run_telemetry(run.run_dir, config, console=False, rounds=True, wandb_project=run.wandb_project)
     else:
@@ -725,7 +728,7 @@ def prepare_run_dir(run: PPORun) -> None:
     if run.restart_in_place:
         for name in ("metrics.jsonl", "events.jsonl"):
             (run.run_dir / name).unlink(missing_ok=True)
-    write_json_atomic(run.run_dir / "config.json", resolved_config(run.settings, run.knobs))
+    write_json_atomic(run.run_dir / "config.json", resolved_config("ppo", run.settings, run.knobs))
     if run.resume is not None:
         metrics_path = run.run_dir / "metrics.jsonl"
         kept = metrics_rows_before(metrics_path, int(run.resume["learner"]["round"]))
