@@ -57,12 +57,14 @@ def test_a_grown_run_and_its_static_twin_give_a_page_and_figures(runs, tmp_path:
     assert sorted(p.name for p in out.iterdir()) == [
         "contributions.png",
         "host_accuracy.png",
+        "parameters.png",
         "report.html",
         "swimlanes.png",
     ]
     page = (out / "report.html").read_text()
-    assert page.count("data:image/png;base64,") == 3 and "<script" not in page
-    assert "grown" in page and "static" in page
+    assert page.count("data:image/png;base64,") == 4 and "<script" not in page
+    assert "grown" in page and "static" in page and "test − static twin" in page
+    assert page.count("<p class=caption>") == 4
     grown = read_run(runs["grown"])
     assert any(c["target"] == "GERMINATED" for e in grown.episodes.values() for c in e.changes), "seeds to draw"
 
@@ -71,7 +73,7 @@ def test_a_ppo_run_adds_the_per_round_figure_and_defaults_into_its_folder(runs) 
     assert main(["report", str(runs["ppo"])]) == 0
     out = runs["ppo"] / "report"
     assert (out / "ppo_rounds.png").stat().st_size > 10_000
-    assert (out / "report.html").read_text().count("data:image/png;base64,") == 4
+    assert (out / "report.html").read_text().count("data:image/png;base64,") == 5
 
 
 def test_a_bad_run_directory_is_one_line_and_writes_nothing(runs, tmp_path: Path, capsys) -> None:
@@ -115,7 +117,7 @@ def test_the_page_renders_in_chromium_with_no_console_message(runs, tmp_path: Pa
     probed.write_text((out / "report.html").read_text().replace("</body>", PROBE + "</body>"))
     dom, console = render(probed)
     assert console == []
-    assert 'data-images="decoded"' in dom and "<h1>Esper report</h1>" in dom
+    assert 'data-images="decoded"' in dom and "<h1>Esper report: grown, static, ppo</h1>" in dom
     # The check can fail: a page that logs, and a broken image, are both caught.
     bad = tmp_path / "bad.html"
     bad.write_text('<html><body><img src="data:image/png;base64,AAAA"><script>console.error("x")</script>' + PROBE)

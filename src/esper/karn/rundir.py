@@ -13,6 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+RUN_COMMANDS = ("heuristic", "grow", "ppo", "eval")
+"""The commands that write run directories."""
+
 
 class RunDirError(ValueError):
     """A path that is not a readable Esper run directory (the message names it and says why)."""
@@ -54,9 +57,13 @@ class EpisodeTrace:
     changes: list[dict[str, Any]] = field(default_factory=list)
     """Stage changes, each with its `epoch`."""
     rollbacks: list[dict[str, Any]] = field(default_factory=list)
+    host_params_by_epoch: list[int | None] = field(default_factory=list)
+    seed_params_by_epoch: list[int | None] = field(default_factory=list)
     final_test_accuracy: float | None = None
     final_val_accuracy: float | None = None
     seed_params: int | None = None
+    host_params: int | None = None
+    train_gflops: float | None = None
     last_seen: int = 0
     """Position in `events.jsonl` of its latest event (episodes that run together interleave)."""
 
@@ -81,9 +88,34 @@ class RunView:
 
     @property
     def command(self) -> str:
-        """`heuristic`, `ppo` or what the config says."""
+        """The command that wrote the run, as its config records it."""
+        if self.config.get("command") in ("heuristic", "grow", "ppo", "eval"):
+            return str(self.config["command"])
         line = self.config.get("command_line") or []
-        return next((word for word in line if word in ("heuristic", "ppo", "eval")), "ppo" if self.rows else "run")
+        return next(
+            (word for word in line if word in ("heuristic", "grow", "ppo", "eval")), "ppo" if self.rows else "run"
+        )
+
+    @property
+    def controller(self) -> str:
+        """The controller of a `heuristic` or `grow` run (`static`, `heuristic`, ...), else ''."""
+        if self.command == "heuristic":
+            return "heuristic"
+        settings = self.config.get("settings", {})
+        return str(settings.get("controller") or "") if isinstance(settings, dict) else ""
+
+    @property
+    def grows(self) -> bool:
+        """False for a run that cannot grow: the `static` controller, or no germination allowed."""
+        settings = self.config.get("settings", {})
+        no_germination = isinstance(settings, dict) and settings.get("max_germinations") == 0
+        return self.controller != "static" and not no_germination
+
+    @property
+    def seed(self) -> int | None:
+        settings = self.config.get("settings", {})
+        value = settings.get("seed") if isinstance(settings, dict) else None
+        return value if isinstance(value, int) else None
 
     @property
     def task(self) -> str:
@@ -133,6 +165,8 @@ def add_event(episodes: dict[int, EpisodeTrace], position: int, event: dict[str,
         trace.train_accuracy.append(event["train_accuracy"])
         trace.val_accuracy.append(event["val_accuracy"])
         trace.decisions.append(event["decision"])
+        trace.host_params_by_epoch.append(event.get("host_params"))
+        trace.seed_params_by_epoch.append(event.get("seed_params"))
         for slot in event["slots"]:
             trace.slots[slot["slot"]].append({"epoch": event["epoch"], **slot})
     elif kind == "stage_change":
@@ -143,6 +177,8 @@ def add_event(episodes: dict[int, EpisodeTrace], position: int, event: dict[str,
         trace.final_test_accuracy = event["final_test_accuracy"]
         trace.final_val_accuracy = event["final_val_accuracy"]
         trace.seed_params = event["seed_params"]
+        trace.host_params = event.get("host_params")
+        trace.train_gflops = event.get("train_gflops")
 
 
 def read_run(path: str | Path) -> RunView:

@@ -13,7 +13,7 @@ from typing import Any, NoReturn
 
 import torch
 
-from esper.karn.rundir import read_jsonl
+from esper.karn.rundir import RUN_COMMANDS, read_jsonl
 from esper.kasmina import MorphogeneticModel
 from esper.kasmina.blueprints import get_blueprint
 from esper.leyline import parse_slots
@@ -73,10 +73,6 @@ def check_minimum(name: str, value: int, minimum: int) -> None:
         raise UsageError(f"{name} must be >= {minimum}, got {value}")
 
 
-COMMANDS = ("heuristic", "grow", "ppo", "eval")
-"""The commands that write run directories."""
-
-
 def run_owner(folder: Path) -> str | None:
     """The command whose run `folder` holds, as its `config.json` records it (runs written before
     the record had it: the command line, or `eval.json`); None when nothing says."""
@@ -85,10 +81,10 @@ def run_owner(folder: Path) -> str | None:
     except (OSError, UnicodeDecodeError, ValueError):
         config = None
     if isinstance(config, dict):
-        if config.get("command") in COMMANDS:
+        if config.get("command") in RUN_COMMANDS:
             return str(config["command"])
         line = config.get("command_line")
-        if isinstance(line, list) and len(line) > 1 and line[1] in COMMANDS:
+        if isinstance(line, list) and len(line) > 1 and line[1] in RUN_COMMANDS:
             return str(line[1])
     return "eval" if (folder / "eval.json").is_file() else None
 

@@ -35,6 +35,7 @@ from typing import Any
 import torch
 
 from esper.karn import estimate, paired_difference, write_json_atomic
+from esper.karn.evaluation import added_params
 from esper.karn.rundir import read_jsonl
 from esper.leyline import GateThresholds
 from esper.nissa import Event, TelemetryHub
@@ -656,14 +657,6 @@ def table(report: dict[str, Any]) -> str:
             f"keep/cull AUC {auc} ({kc['helpful']} helpful, {kc['harmful']} harmful probationary decisions)"
         )
     return "\n".join(lines)
-
-
-def added_params(report: dict[str, Any], name: str) -> float:
-    """Mean parameters over the default host: the seeds' for a growing controller, the extra width's
-    for a sized static (whose host itself is larger)."""
-    values = report["controllers"][name]
-    default = min(min(v["host_params"]) for v in report["controllers"].values())
-    return statistics.fmean(h + s - default for h, s in zip(values["host_params"], values["seed_params"], strict=True))
 
 
 def run_eval(run: EvalRun) -> dict[str, Any]:
