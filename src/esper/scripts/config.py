@@ -304,7 +304,11 @@ def add_command(
         groups=groups,
         help=f"list the knob flags of these groups (of all when none is named) and exit: {' '.join(groups)}",
     )
-    parser.add_argument("--task", help="one of: shapes, pydoc, cifar10, textfile (default shapes)")
+    parser.add_argument(
+        "--task",
+        help="one of: shapes, pydoc, cifar10, textfile; or your own, package.module:function "
+        "returning a TaskSpec (docs/own-task.md) (default shapes)",
+    )
     parser.add_argument("--max-epochs", type=int, help="host epochs per episode (default: the task's)")
     parser.add_argument("--slots", nargs="+", help="slots the controller may use (default: all of the host's)")
     parser.add_argument("--max-germinations", type=int, help="most germinations per episode; 0: none (default 6)")

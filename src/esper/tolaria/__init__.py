@@ -5,7 +5,7 @@ epoch per step and executes one controller decision per step; the governor rolls
 its last healthy epoch on NaN or a loss blow-up.
 """
 
-from esper.tolaria.datasets import DatasetError
+from esper.tolaria.datasets import DatasetError, ImageData, TokenData
 from esper.tolaria.devices import DeviceError, available_devices, resolve_device
 from esper.tolaria.environment import EnvConfig, MorphogeneticEnv, StepResult
 from esper.tolaria.episode import Controller, EpisodeOutcome, run_episode
@@ -14,6 +14,8 @@ from esper.tolaria.seeds import SeedRecord
 from esper.tolaria.tasks import DATA_DIR_ENV, DEFAULT_TASK, TASKS, TaskSpec, get_task
 
 __all__ = [
+    "ImageData",
+    "TokenData",
     "DATA_DIR_ENV",
     "DEFAULT_TASK",
     "TASKS",

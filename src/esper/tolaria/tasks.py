@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import importlib
 import math
 import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -181,6 +185,40 @@ DEFAULT_TASK = "shapes"
 
 
 def get_task(name: str) -> TaskSpec:
-    if name not in TASKS:
-        raise ValueError(f"unknown task {name!r}; choose from: {' '.join(TASKS)}")
-    return TASKS[name]
+    """A built-in task by name, or your own: `package.module:function` names a function of no
+    arguments that returns a `TaskSpec` (a host you wrote, declaring its segments and slots, and
+    your data). Every command, an eval's worker processes and `esper.load_grown` find it by that
+    name, so the module must be importable wherever they run."""
+    if name in TASKS:
+        return TASKS[name]
+    if ":" in name:
+        return user_task(name)
+    raise ValueError(f"unknown task {name!r}; choose from: {' '.join(TASKS)}, or package.module:function")
+
+
+@functools.cache
+def user_task(name: str) -> TaskSpec:
+    """The task `module:function` returns, named `name` (the one word runs record); built once
+    per process. Every failure is a `ValueError` in one line that names what is wrong."""
+    module_name, _, function_name = name.partition(":")
+    if not module_name or not function_name.isidentifier():
+        raise ValueError(f"task {name!r}: write your own task as package.module:function")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # as `python -m` does: a module in the folder you run from
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ValueError(f"task {name!r}: cannot import {module_name!r} ({exc}); is it on PYTHONPATH?") from None
+    make = getattr(module, function_name, None)
+    if not callable(make):
+        raise ValueError(f"task {name!r}: {module_name!r} has no function {function_name!r}")
+    spec = make()
+    if not isinstance(spec, TaskSpec):
+        raise ValueError(f"task {name!r}: {function_name}() returned {type(spec).__name__}, not an esper TaskSpec")
+    host = spec.build_host()
+    if len(host.slot_ids) != spec.n_slots or host.topology != spec.topology:
+        raise ValueError(
+            f"task {name!r}: its host declares {len(host.slot_ids)} slots ({host.topology.name}), "
+            f"the TaskSpec {spec.n_slots} ({spec.topology.name})"
+        )
+    return dataclasses.replace(spec, name=name)
