@@ -1,7 +1,7 @@
 """Karn: run reports. Builds the run directory's `summary.json` from episode outcomes, reads a
-run directory back (`rundir`) for the HTML report (`figures`, `html`) and the live view
-(`watch`), writes files atomically so a crash never leaves a half-written report, and compares
-runs paired over seeds."""
+run directory back (`rundir`, and an eval's record: `evaluation`) for the HTML report
+(`figures`, `html`) and the live view (`live_view`), writes files atomically so a crash never
+leaves a half-written report, and compares runs paired over seeds."""
 
 from esper.karn.files import write_atomic, write_json_atomic, write_torch_atomic
 from esper.karn.stats import Estimate, estimate, paired_difference

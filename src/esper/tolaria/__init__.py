@@ -14,8 +14,6 @@ from esper.tolaria.seeds import SeedRecord
 from esper.tolaria.tasks import DATA_DIR_ENV, DEFAULT_TASK, TASKS, TaskSpec, get_task
 
 __all__ = [
-    "ImageData",
-    "TokenData",
     "DATA_DIR_ENV",
     "DEFAULT_TASK",
     "TASKS",
@@ -26,10 +24,12 @@ __all__ = [
     "EpisodeOutcome",
     "Governor",
     "GovernorConfig",
+    "ImageData",
     "MorphogeneticEnv",
     "SeedRecord",
     "StepResult",
     "TaskSpec",
+    "TokenData",
     "available_devices",
     "get_task",
     "resolve_device",
