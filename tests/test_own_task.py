@@ -110,3 +110,12 @@ def test_a_width_seed_on_a_plain_host_is_one_line(module_folder: Path, capsys) -
     err = check_usage_error(capsys, argv, "widen_25")
     assert "early" in err or "slot" in err
     assert not (module_folder / "r").exists()
+
+
+@pytest.mark.slow
+def test_eval_workers_import_the_task_by_its_name(module_folder: Path, capsys) -> None:
+    """An eval's worker processes are spawned fresh: each finds the module again by the task's name."""
+    argv = ["eval", "--task", "mymodule:make_task", "--controllers", "static", "heuristic", "--seeds", "0:2"]
+    assert main([*argv, "--max-epochs", "2", "--workers", "2", "--run-dir", "ev"]) == 0
+    report = json.loads((module_folder / "ev" / "eval.json").read_text())
+    assert report["task"] == "mymodule:make_task" and len(report["controllers"]["heuristic"]["test_accuracy"]) == 2

@@ -80,6 +80,9 @@ from esper.tolaria.training import PRECISIONS
 
 RUN_FILES = ("metrics.jsonl", "summary.json", "events.jsonl", "checkpoints", "config.json", "grown", "tensorboard")
 MAX_RNG_SEED = 2**62
+"""Below the torch generator bound that `heuristic`, `grow` and `eval` use (2**63 - 1): each rank's
+generators start `RANK_SEED_STRIDE * rank` above the run's seed (`esper.simic.loop`), and this
+leaves room for any number of ranks."""
 
 DEFAULTS: dict[str, Any] = {
     "task": DEFAULT_TASK,
