@@ -20,6 +20,7 @@ from esper.tolaria.passes import VALIDATION_BATCH_SIZE
 from esper.tolaria.training import validate
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -37,9 +38,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = [item for item in items if item.get_closest_marker("slow") is None]
 
 
-def load_benchmark(name: str) -> ModuleType:
-    """A script of `benchmarks/` (not a package) as a module, so its functions can be tested."""
-    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
+def load_benchmark(name: str, folder: Path = BENCHMARKS) -> ModuleType:
+    """A script of `benchmarks/` (or of another folder: an experiment's) as a module, so its
+    functions can be tested."""
+    spec = importlib.util.spec_from_file_location(name, folder / f"{name}.py")
     module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
     sys.modules[name] = module  # dataclasses look their module up while it executes
     spec.loader.exec_module(module)  # type: ignore[union-attr]

@@ -1,4 +1,4 @@
-"""benchmarks/frontier.py: the static front, grown points against it, and its refusals."""
+"""experiments/growth-frontier/frontier.py: the static front, grown points against it, and its refusals."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import load_benchmark
+from conftest import EXPERIMENTS, load_benchmark
 from esper.tolaria import get_task
 
-frontier = load_benchmark("frontier")
+frontier = load_benchmark("frontier", EXPERIMENTS / "growth-frontier")
 
 
 def rows(arm: str, width: int, params: int, gflops: float, accuracies: list[float]) -> list[dict]:

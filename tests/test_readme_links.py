@@ -18,3 +18,20 @@ def test_every_relative_link_resolves(page: Path) -> None:
     relative = [t for t in targets if "://" not in t]
     missing = [t for t in relative if not (page.parent / t).exists()]
     assert not missing, f"{page.relative_to(ROOT)} links to missing files: {missing}"
+
+
+EXPERIMENTS = sorted(p for p in (ROOT / "experiments").iterdir() if p.is_dir())
+
+
+@pytest.mark.parametrize("experiment", EXPERIMENTS, ids=lambda p: p.name)
+def test_every_record_of_an_experiment_is_named_by_its_readme(experiment: Path) -> None:
+    """An experiment's README is the index of its results: a JSON record it does not name is lost."""
+    readme = (experiment / "README.md").read_text()
+    records = [p.relative_to(experiment).as_posix() for p in experiment.rglob("*.json")]
+    unnamed = [r for r in records if r not in readme]
+    assert not unnamed, f"experiments/{experiment.name}/README.md names none of {unnamed}"
+
+
+def test_every_experiment_is_listed() -> None:
+    index = (ROOT / "experiments" / "README.md").read_text()
+    assert all(f"]({e.name}/README.md)" in index for e in EXPERIMENTS)

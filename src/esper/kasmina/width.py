@@ -9,7 +9,7 @@ no gradient at all; zero *outgoing* weights receive the gradient of the units' a
 once.)
 
 A CNN block's output is the stream every later layer reads, and on the shapes task that stream
-width is what pays (`benchmarks/results/frontier_shapes/README.md`). So a CNN width seed widens
+width is what pays (`experiments/growth-frontier/README.md`). So a CNN width seed widens
 the whole block: `k` hidden channels and `k` output channels (random rows of the second
 convolution reading every hidden channel, old and new, with their own BatchNorm), and `k` input
 columns of the next segment's first layer (the next block's first convolution, or the

@@ -24,9 +24,9 @@ Episodes run in worker processes of one thread each, through `esper eval`'s own 
 and each is appended to `<out-dir>/episodes.jsonl` as it ends: run the same command again to
 continue a stopped frontier, or with more seeds to extend it (the episodes held are reused).
 Writes `<out-dir>/frontier_seedsA-B.json` and `.png` for the seeds asked for. The default
-`<out-dir>` is `benchmarks/results/frontier_<task>`.
+`<out-dir>` is `experiments/growth-frontier/results/<task>`.
 
-Usage: python benchmarks/frontier.py --task shapes --seeds 200:210 [--workers N]
+Usage: python experiments/growth-frontier/frontier.py --task shapes --seeds 200:210 [--workers N]
            [--widths 4:13] [--start-widths 8 4] [--arms heuristic naive ...] [--out-dir DIR]
 """
 
@@ -351,7 +351,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--arms", nargs="+", help=f"growing arms (default: {' '.join(DEFAULT_ARMS)})")
     parser.add_argument("--max-epochs", type=int, help="episode length (default: the task's)")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
-    parser.add_argument("--out-dir", help="where episodes, JSON and figure go (default benchmarks/results/...)")
+    parser.add_argument(
+        "--out-dir", help="where episodes, JSON and figure go (default experiments/growth-frontier/results/TASK)"
+    )
     return parser.parse_args(argv)
 
 
@@ -386,7 +388,7 @@ def resolve(args: argparse.Namespace) -> tuple[TaskSpec, list[Arm], list[int], l
     epochs = args.max_epochs or task.max_epochs
     if epochs < 1 or args.workers < 1:
         raise UsageError(f"--max-epochs and --workers must be >= 1, got {epochs} and {args.workers}")
-    out = Path(args.out_dir) if args.out_dir else RESULTS / f"frontier_{task.name}"
+    out = Path(args.out_dir) if args.out_dir else RESULTS / task.name
     return task, arms, widths, seeds, epochs, out
 
 
