@@ -516,14 +516,20 @@ def test_eval_refuses_a_process_per_episode_beyond_reason(capsys, tmp_path) -> N
     assert not (tmp_path / "e").exists()
 
 
-@pytest.mark.parametrize("command", [["report"], ["watch", "--once"]])
-def test_report_and_watch_say_an_eval_run_is_an_eval_run(capsys, tmp_path, command: list[str]) -> None:
+@pytest.mark.parametrize(
+    ("command", "fragments"),
+    [
+        (["report"], ("eval.json", "is damaged")),  # report draws an eval run, from a whole eval.json
+        (["watch", "--once"], ("is an eval run", "eval.json")),
+    ],
+)
+def test_report_and_watch_say_an_eval_run_is_an_eval_run(capsys, tmp_path, command, fragments) -> None:
     """`report` said an eval run had "no epoch yet"; `watch` showed it as running."""
     run_dir = tmp_path / "eval-run"
     run_dir.mkdir()
     (run_dir / "eval.json").write_text("{}")
     (run_dir / "config.json").write_text("{}")
-    check_usage_error(capsys, [command[0], str(run_dir), *command[1:]], "is an eval run", "eval.json")
+    check_usage_error(capsys, [command[0], str(run_dir), *command[1:]], *fragments)
     assert sorted(p.name for p in run_dir.iterdir()) == ["config.json", "eval.json"]
 
 
