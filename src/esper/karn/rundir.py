@@ -17,6 +17,17 @@ RUN_COMMANDS = ("heuristic", "grow", "ppo", "eval")
 """The commands that write run directories."""
 
 
+def recorded_command(config: Any) -> str | None:
+    """The command a run's `config.json` says wrote it (records written before it held one: the
+    command its command line ran); None when it says nothing."""
+    if not isinstance(config, dict):
+        return None
+    if config.get("command") in RUN_COMMANDS:
+        return str(config["command"])
+    line = config.get("command_line")
+    return next((str(word) for word in line if word in RUN_COMMANDS), None) if isinstance(line, list) else None
+
+
 class RunDirError(ValueError):
     """A path that is not a readable Esper run directory (the message names it and says why)."""
 
@@ -89,12 +100,7 @@ class RunView:
     @property
     def command(self) -> str:
         """The command that wrote the run, as its config records it."""
-        if self.config.get("command") in ("heuristic", "grow", "ppo", "eval"):
-            return str(self.config["command"])
-        line = self.config.get("command_line") or []
-        return next(
-            (word for word in line if word in ("heuristic", "grow", "ppo", "eval")), "ppo" if self.rows else "run"
-        )
+        return recorded_command(self.config) or ("ppo" if self.rows else "run")
 
     @property
     def controller(self) -> str:

@@ -13,7 +13,7 @@ from typing import Any, NoReturn
 
 import torch
 
-from esper.karn.rundir import RUN_COMMANDS, read_jsonl
+from esper.karn.rundir import read_jsonl, recorded_command
 from esper.kasmina import MorphogeneticModel
 from esper.kasmina.blueprints import get_blueprint
 from esper.leyline import parse_slots
@@ -74,19 +74,20 @@ def check_minimum(name: str, value: int, minimum: int) -> None:
 
 
 def run_owner(folder: Path) -> str | None:
-    """The command whose run `folder` holds, as its `config.json` records it (runs written before
-    the record had it: the command line, or `eval.json`); None when nothing says."""
+    """The command whose run `folder` holds, as its `config.json` records it (or `eval` for an
+    `eval.json` beside an unreadable one); None when nothing says."""
     try:
         config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError):
         config = None
-    if isinstance(config, dict):
-        if config.get("command") in RUN_COMMANDS:
-            return str(config["command"])
-        line = config.get("command_line")
-        if isinstance(line, list) and len(line) > 1 and line[1] in RUN_COMMANDS:
-            return str(line[1])
-    return "eval" if (folder / "eval.json").is_file() else None
+    return recorded_command(config) or ("eval" if (folder / "eval.json").is_file() else None)
+
+
+def a_run_of(folder: Path, unless: str = "") -> str:
+    r"""`an \`esper heuristic\` run`, naming the command that owns `folder` (just `a run` when
+    nothing says, or when it is `unless`): the words of a refusal."""
+    owner = run_owner(folder)
+    return f"an `esper {owner}` run" if owner and owner != unless else "a run"
 
 
 def check_run_dir(run_dir: Path, run_files: Sequence[str]) -> None:
@@ -99,10 +100,9 @@ def check_run_dir(run_dir: Path, run_files: Sequence[str]) -> None:
     except OSError as exc:
         raise UsageError(f"--run-dir {str(run_dir)!r} cannot be checked: {exc.strerror or exc}") from None
     if existing:
-        owner = run_owner(run_dir)
-        kind = f"an `esper {owner}` run" if owner else "a run"
         raise UsageError(
-            f"run directory {str(run_dir)!r} already holds {kind} ({', '.join(existing)}); choose a new --run-dir"
+            f"run directory {str(run_dir)!r} already holds {a_run_of(run_dir)} ({', '.join(existing)}); "
+            "choose a new --run-dir"
         )
     if not ancestor.is_dir():
         raise UsageError(f"--run-dir {str(run_dir)!r} cannot be created: {str(ancestor)!r} is not a folder")

@@ -30,6 +30,7 @@ from esper.scripts.common import (
     AlreadyFinished,
     RunFailure,
     UsageError,
+    a_run_of,
     add_tracking_flags,
     check_minimum,
     check_run_dir,
@@ -38,7 +39,6 @@ from esper.scripts.common import (
     resolve_device_arg,
     resolve_slots,
     resolve_task,
-    run_owner,
     run_telemetry,
     torch_build,
     tracking_project,
@@ -81,8 +81,8 @@ from esper.tolaria.training import PRECISIONS
 RUN_FILES = ("metrics.jsonl", "summary.json", "events.jsonl", "checkpoints", "config.json", "grown", "tensorboard")
 MAX_RNG_SEED = 2**62
 """Below the torch generator bound that `heuristic`, `grow` and `eval` use (2**63 - 1): each rank's
-generators start `RANK_SEED_STRIDE * rank` above the run's seed (`esper.simic.loop`), and this
-leaves room for any number of ranks."""
+generators start `RANK_SEED_STRIDE * rank` above the run's seed (`esper.simic.loop`), and the
+2**62 left above this bound are room for more ranks than any job has."""
 
 DEFAULTS: dict[str, Any] = {
     "task": DEFAULT_TASK,
@@ -426,11 +426,9 @@ def check_restartable(folder: Path) -> None:
         if "clone_episodes" not in settings:
             foreign = ["config.json"]
     if foreign:
-        owner = run_owner(folder)
-        kind = f"an `esper {owner}` run" if owner and owner != "ppo" else "a run"
         raise UsageError(
-            f"--resume last: {str(folder)!r} holds no ppo checkpoint to continue, but {kind} that a fresh start "
-            f"would overwrite ({', '.join(foreign)}); choose a new --run-dir"
+            f"--resume last: {str(folder)!r} holds no ppo checkpoint to continue, but {a_run_of(folder, 'ppo')} "
+            f"that a fresh start would overwrite ({', '.join(foreign)}); choose a new --run-dir"
         )
 
 
