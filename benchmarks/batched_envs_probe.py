@@ -1,0 +1,237 @@
+"""Would batching envs of one architecture into one set of launches fill a GPU? A probe for issue 35.
+
+With CUDA graphs one `shapes` env is bound by the GPU's per-kernel latency (a chain of about
+10,000 small dependent kernels per epoch), and 8 envs on their own streams overlap little
+(`benchmarks/results/cuda_graphs_h100/README.md`: 2.96 times one env). Batching E envs whose hosts
+share an architecture issues each layer once for all of them: a grouped convolution holds every
+env's channels, so the kernel count per step stays that of one env.
+
+This probe times the training step only (forward, cross-entropy, backward, fused AdamW; batches
+of 100 16x16 images, 100 steps per host epoch) of bare width-8 `shapes` hosts, three ways:
+
+- `separate`: E `CNNHost`s, each stepped by its own CUDA graph on its own stream (today's path,
+  without the measurement pass);
+- `grouped`: one module holding E hosts as grouped convolutions (the first convolution reads the
+  shared images once; each later one has `groups=E`; BatchNorm is per channel, so per env; the
+  classifier is a grouped 1x1 convolution), stepped by one CUDA graph;
+- on the CPU both run eagerly (nothing is captured).
+
+Before timing it checks on the probe's own device that the grouped module equals the E hosts:
+the logits of a batch, and the weights after one AdamW step, within float tolerance.
+
+The images are random tensors of the task's shape: this measures launch throughput, not
+learning, and the arithmetic per step does not depend on the values.
+
+Prints one JSON object: host-epochs per second (of the training step) per arm and env count, and
+the ratios to one env. Usage: python benchmarks/batched_envs_probe.py [--device cuda]
+[--envs 1,8,32] [--steps 100]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import time
+from datetime import UTC, datetime
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from esper.kasmina.hosts import CNNHost
+
+BATCH, IMAGE, CLASSES, WIDTH = 100, 16, 10, 8
+
+
+def grouped_block(n_envs: int, c_in: int, c_out: int, shared_input: bool, pool: bool) -> nn.Sequential:
+    """conv-BN-ReLU-conv-BN-ReLU(-pool) for `n_envs` envs at once, env e's channels at
+    [e * c_out, (e + 1) * c_out)."""
+    first = (
+        nn.Conv2d(c_in, n_envs * c_out, 3, padding=1, bias=False)
+        if shared_input
+        else nn.Conv2d(n_envs * c_in, n_envs * c_out, 3, padding=1, bias=False, groups=n_envs)
+    )
+    layers = [
+        first,
+        nn.BatchNorm2d(n_envs * c_out),
+        nn.ReLU(),
+        nn.Conv2d(n_envs * c_out, n_envs * c_out, 3, padding=1, bias=False, groups=n_envs),
+        nn.BatchNorm2d(n_envs * c_out),
+        nn.ReLU(),
+    ]
+    return nn.Sequential(*layers, *([nn.MaxPool2d(2)] if pool else []))
+
+
+class GroupedHosts(nn.Module):
+    """E width-8 `CNNHost`s of depth 3 as one module; `forward` returns logits [batch, E, classes]."""
+
+    def __init__(self, n_envs: int) -> None:
+        super().__init__()
+        self.n_envs = n_envs
+        widths = [WIDTH, 2 * WIDTH, 4 * WIDTH]
+        c_ins = [3, *widths[:-1]]
+        pairs = enumerate(zip(c_ins, widths, strict=True))
+        self.blocks = nn.Sequential(*(grouped_block(n_envs, c_in, c, i == 0, pool=True) for i, (c_in, c) in pairs))
+        self.head = nn.Conv2d(n_envs * widths[-1], n_envs * CLASSES, 1, groups=n_envs)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        features = F.adaptive_avg_pool2d(self.blocks(x), 1)
+        return self.head(features).view(x.shape[0], self.n_envs, CLASSES)
+
+    @torch.no_grad()
+    def load_hosts(self, hosts: list[CNNHost]) -> None:
+        """Copy each host's tensors into its env's slice."""
+        mine = dict(self.named_parameters()) | dict(self.named_buffers())
+        for name, tensor in mine.items():
+            if tensor.ndim == 0:
+                continue
+            parts = [dict(h.named_parameters()) | dict(h.named_buffers()) for h in hosts]
+            stacked = torch.cat([p[host_name(name)] for p in parts], dim=0)
+            tensor.copy_(stacked.reshape(tensor.shape))
+
+
+def host_name(grouped_name: str) -> str:
+    """`blocks.1.3.weight` -> `segments.1.3.weight`; `head.weight` -> `segments.3.2.weight`."""
+    if grouped_name.startswith("head."):
+        return "segments.3.2." + grouped_name.split(".", 1)[1]
+    return "segments." + grouped_name.split(".", 1)[1]
+
+
+def grouped_loss(model: GroupedHosts, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """The sum over envs of each env's mean cross-entropy: env e's gradient is its own loss's."""
+    logits = model(x)
+    return F.cross_entropy(logits.permute(0, 2, 1), y[:, None].expand(-1, model.n_envs), reduction="sum") / x.shape[0]
+
+
+def separate_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(model(x), y)
+
+
+def optimizer(model: nn.Module, device: torch.device) -> torch.optim.AdamW:
+    """AdamW as the envs use it (fused on CUDA); capturable there, its learning rate a device tensor."""
+    if device.type != "cuda":
+        return torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=1e-4)
+    lr = torch.tensor(1e-3, device=device)
+    return torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=1e-4, fused=True, capturable=True)
+
+
+class Stepper:
+    """One model's training step, captured as a CUDA graph on its own stream (run eagerly on the CPU)."""
+
+    def __init__(self, model: nn.Module, loss_fn, device: torch.device) -> None:
+        self.model, self.loss_fn, self.device = model, loss_fn, device
+        self.opt = optimizer(model, device)
+        self.x = torch.randn(BATCH, 3, IMAGE, IMAGE, device=device)
+        self.y = torch.randint(0, CLASSES, (BATCH,), device=device)
+        self.graph: torch.cuda.CUDAGraph | None = None
+        self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
+
+    def eager_step(self) -> None:
+        self.opt.zero_grad(set_to_none=False)
+        self.loss_fn(self.model, self.x, self.y).backward()
+        self.opt.step()
+
+    def capture(self) -> None:
+        if self.device.type != "cuda":
+            return
+        with torch.cuda.stream(self.stream):
+            for _ in range(3):  # optimizer state and workspaces first
+                self.eager_step()
+        torch.cuda.synchronize(self.device)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph, stream=self.stream):
+            self.eager_step()
+
+    def step(self) -> None:
+        if self.graph is None:
+            self.eager_step()
+        else:
+            with torch.cuda.stream(self.stream):
+                self.graph.replay()
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def host_epochs_per_second(steppers: list[Stepper], envs_per_stepper: int, steps: int, device: torch.device) -> float:
+    for s in steppers:
+        s.capture()
+    for _ in range(2):
+        for s in steppers:
+            s.step()
+    synchronize(device)
+    start = time.perf_counter()
+    for _ in range(steps):
+        for s in steppers:
+            s.step()
+    synchronize(device)
+    seconds = time.perf_counter() - start
+    return len(steppers) * envs_per_stepper * (steps / 100) / seconds
+
+
+def check_equal(n_envs: int, device: torch.device) -> dict[str, float]:
+    """Grouped against separate hosts: logits, and every weight after one AdamW step (eager)."""
+    torch.manual_seed(0)
+    hosts = [CNNHost(3, CLASSES, WIDTH).to(device) for _ in range(n_envs)]
+    grouped = GroupedHosts(n_envs).to(device)
+    grouped.load_hosts(hosts)
+    x = torch.randn(BATCH, 3, IMAGE, IMAGE, device=device)
+    y = torch.randint(0, CLASSES, (BATCH,), device=device)
+    with torch.no_grad():
+        logits = torch.stack([h(x) for h in hosts], dim=1)
+        logits_error = (grouped(x) - logits).abs().max().item()
+    opts = [optimizer(h, device) for h in hosts]
+    for h, o in zip(hosts, opts, strict=True):
+        separate_loss(h, x, y).backward()
+        o.step()
+    opt = optimizer(grouped, device)
+    grouped_loss(grouped, x, y).backward()
+    opt.step()
+    after = GroupedHosts(n_envs).to(device)
+    after.load_hosts(hosts)
+    pairs = zip(after.state_dict().values(), grouped.state_dict().values(), strict=True)
+    weight_error = max((a - b).abs().max().item() for a, b in pairs if a.ndim > 0)
+    return {"max_logit_difference": logits_error, "max_weight_difference_after_one_step": weight_error}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--envs", default="1,8,32", help="env counts, comma-separated")
+    parser.add_argument("--steps", type=int, default=100, help="timed training steps (100 make a host epoch)")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    device = torch.device(args.device)
+    counts = [int(n) for n in args.envs.split(",")]
+    result: dict = {
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "device": str(device),
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor(),
+        "torch": torch.__version__,
+        "threads": 1,
+        "what": "training step only (no measurement pass), bare width-8 shapes hosts, random images",
+        "equality": check_equal(4, device),
+    }
+    rates: dict[str, dict[int, float]] = {"separate": {}, "grouped": {}}
+    for n in counts:
+        torch.manual_seed(0)
+        hosts = [CNNHost(3, CLASSES, WIDTH).to(device) for _ in range(n)]
+        rates["separate"][n] = host_epochs_per_second(
+            [Stepper(h, separate_loss, device) for h in hosts], 1, args.steps, device
+        )
+        rates["grouped"][n] = host_epochs_per_second(
+            [Stepper(GroupedHosts(n).to(device), grouped_loss, device)], n, args.steps, device
+        )
+        print(json.dumps({"envs": n, **{arm: round(r[n], 2) for arm, r in rates.items()}}), flush=True)
+    one = rates["separate"][counts[0]]
+    result["host_epochs_per_second"] = {arm: {n: round(v, 3) for n, v in r.items()} for arm, r in rates.items()}
+    result["over_one_separate_env"] = {arm: {n: round(v / one, 3) for n, v in r.items()} for arm, r in rates.items()}
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
