@@ -202,8 +202,10 @@ def main() -> int:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--envs", default="1,8,32", help="env counts, comma-separated")
     parser.add_argument("--steps", type=int, default=100, help="timed training steps (100 make a host epoch)")
+    parser.add_argument("--cudnn-benchmark", action="store_true", help="let cuDNN time its kernels per shape")
     args = parser.parse_args()
     torch.set_num_threads(1)
+    torch.backends.cudnn.benchmark = args.cudnn_benchmark
     device = torch.device(args.device)
     counts = [int(n) for n in args.envs.split(",")]
     result: dict = {
@@ -212,6 +214,7 @@ def main() -> int:
         "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor(),
         "torch": torch.__version__,
         "threads": 1,
+        "cudnn_benchmark": args.cudnn_benchmark,
         "what": "training step only (no measurement pass), bare width-8 shapes hosts, random images",
         "equality": check_equal(4, device),
     }
