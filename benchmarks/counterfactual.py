@@ -28,7 +28,7 @@ from torch.optim.swa_utils import update_bn
 
 from esper.kasmina import MorphogeneticModel
 from esper.leyline import BlendSchedule, Decision, GateThresholds, LifecycleOp
-from esper.scripts.common import torch_build
+from esper.runs.common import torch_build
 from esper.tolaria import EnvConfig, MorphogeneticEnv, get_task
 from esper.tolaria.datasets import ImageData
 

@@ -49,9 +49,11 @@ import torch
 
 from esper.kasmina import StageChange
 from esper.leyline import Decision, TrainingSignals
-from esper.scripts.cli import build_parser
-from esper.scripts.common import UsageError, torch_build
-from esper.scripts.evaluate import (
+from esper.runs.common import UsageError, torch_build
+from esper.runs.config import python_request
+from esper.runs.eval_run import (
+    EVAL_DEFAULTS,
+    EVAL_GROUPS,
     EpisodeJob,
     EvalRun,
     build_controller,
@@ -133,7 +135,7 @@ class Retesting:
 
 
 def replay(job: EpisodeJob, n_images: int) -> dict[str, Any]:
-    """One `eval` episode (as `esper.scripts.evaluate.run_one` runs it, one thread) with every
+    """One `eval` episode (as `esper.runs.eval_run.run_one` runs it, one thread) with every
     probationary decision's seed measured on the retest images too."""
     torch.set_num_threads(1)
     env = episode_env(job)
@@ -294,12 +296,14 @@ def check_against(episodes: list[dict[str, Any]], held: dict[tuple[str, int], fl
 
 def eval_run(controllers: Sequence[str], seeds: str, max_epochs: int | None) -> EvalRun:
     """The settings `esper eval --task shapes` resolves for these controllers and seeds."""
-    argv = ["eval", "--task", "shapes", "--controllers", *controllers, "--seeds", seeds]
-    argv += [] if max_epochs is None else ["--max-epochs", str(max_epochs)]
+    settings = {"task": "shapes", "controllers": list(controllers), "seeds": seeds, "max_epochs": max_epochs}
     with tempfile.TemporaryDirectory() as scratch:
-        parsed, rest = build_parser().parse_known_args([*argv, "--run-dir", str(Path(scratch) / "run")])
+        run_dir = str(Path(scratch) / "run")
+        request = python_request(
+            "eval", EVAL_DEFAULTS, EVAL_GROUPS, settings, None, run_dir=run_dir, resume=None, quiet=False
+        )
         try:
-            return resolve_eval(parsed, rest)
+            return resolve_eval(request)
         except UsageError as error:
             raise BadInput(str(error)) from None
 

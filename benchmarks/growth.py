@@ -28,8 +28,8 @@ import time
 import torch
 
 from esper.karn import estimate, paired_difference
-from esper.scripts.common import torch_build
-from esper.scripts.grow import DEFAULT_MAX_GERMINATIONS
+from esper.runs.common import torch_build
+from esper.runs.grow_run import DEFAULT_MAX_GERMINATIONS
 from esper.tamiyo import HeuristicController, tuned_heuristic
 from esper.tolaria import EnvConfig, MorphogeneticEnv, get_task
 from esper.tolaria.episode import run_episode

@@ -26,7 +26,7 @@ import torch
 
 from esper.kasmina import GateInputs, MorphogeneticModel
 from esper.leyline import BlendSchedule, SeedStage
-from esper.scripts.common import torch_build
+from esper.runs.common import torch_build
 from esper.tolaria import get_task
 from esper.tolaria.passes import VALIDATION_BATCH_SIZE
 from esper.tolaria.training import BatchNormMoments, TrainingEpoch, loss_and_correct, validate

@@ -31,7 +31,7 @@ import time
 import gymnasium
 import torch
 
-from esper.scripts.common import torch_build
+from esper.runs.common import torch_build
 from esper.simic.gymnasium_envs import FINAL_WINDOW, ActionCodec, default_ppo, observation_dim, train_gym
 
 

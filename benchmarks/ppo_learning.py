@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from esper.scripts.cli import main as esper_main
+import esper.runs
 
 
 def quarter_means(values: list[float]) -> tuple[float, float]:
@@ -43,31 +43,23 @@ def main() -> int:
     parser.add_argument("--run-dir", default=None, help="default: a new temporary folder")
     args = parser.parse_args()
     run_dir = Path(args.run_dir) if args.run_dir else Path(tempfile.mkdtemp(prefix="esper-ppo-learning-")) / "run"
-    argv = [
-        "ppo",
-        "--task",
-        args.task,
-        "--episodes",
-        str(args.rounds * args.n_envs),
-        "--n-envs",
-        str(args.n_envs),
-        "--max-epochs",
-        str(args.max_epochs),
-        "--reward.mode",
-        args.reward_mode,
-        "--seed",
-        str(args.seed),
-        "--run-dir",
-        str(run_dir),
-    ]
     start = time.perf_counter()
     sys.stdout = sys.stderr  # the run's own progress goes to stderr; stdout carries only the JSON
     try:
-        rc = esper_main(argv)
+        esper.runs.ppo(
+            task=args.task,
+            episodes=args.rounds * args.n_envs,
+            n_envs=args.n_envs,
+            max_epochs=args.max_epochs,
+            seed=args.seed,
+            run_dir=run_dir,
+            knobs={"reward": {"mode": args.reward_mode}},
+        )
+    except esper.runs.UsageError as error:
+        print(f"ppo_learning: error: {error}", file=sys.stderr)
+        return 2
     finally:
         sys.stdout = sys.__stdout__
-    if rc != 0:
-        return rc
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     returns = [r["charts/episodic_return"] for r in rows]
     first, last = quarter_means(returns)

@@ -38,7 +38,7 @@ import torch
 import torch.multiprocessing as mp
 
 from esper.leyline import Decision
-from esper.scripts.common import torch_build
+from esper.runs.common import torch_build
 from esper.simic import morphogenetic_envs as menvs
 from esper.simic.distributed import SINGLE_PROCESS, init_distributed, shutdown_distributed
 from esper.tolaria import EnvConfig, get_task

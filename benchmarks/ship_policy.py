@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from esper.karn import write_json_atomic, write_torch_atomic
-from esper.scripts.common import torch_build
+from esper.runs.common import torch_build
 from esper.simic import PolicyController
 from esper.simic.checkpoint import CheckpointError, policy_only, read_checkpoint
 from esper.tamiyo.trained import TRAINED_DIR

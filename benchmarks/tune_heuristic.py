@@ -40,9 +40,9 @@ from typing import Any
 import torch
 
 from esper.karn import estimate
-from esper.scripts.common import torch_build
-from esper.scripts.config import jsonable
-from esper.scripts.grow import DEFAULT_MAX_GERMINATIONS
+from esper.runs.common import torch_build
+from esper.runs.config import jsonable
+from esper.runs.grow_run import DEFAULT_MAX_GERMINATIONS
 from esper.simic.rewards import RewardConfig
 from esper.tamiyo import PREFERRED_BLUEPRINTS, HeuristicConfig, HeuristicController
 from esper.tamiyo.heuristic import TUNED_DIR

@@ -14,8 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import tiny_shapes_task
+from esper.runs.config import HEURISTIC_GROUPS, PPO_GROUPS
 from esper.scripts.cli import main
-from esper.scripts.config import HEURISTIC_GROUPS, PPO_GROUPS
 from esper.tolaria import TASKS
 
 PREFIX = "esper: error: "

@@ -553,8 +553,8 @@ def test_a_config_file_is_held_to_the_flags_types(capsys, tmp_path, text: str, f
 
 def test_a_config_file_setting_reads_as_its_flag_would() -> None:
     """`slots = "early"` is one slot (it was read letter by letter: "unknown slot 'e'")."""
+    from esper.runs.config import typed_settings
     from esper.scripts.cli import build_parser
-    from esper.scripts.config import typed_settings
 
     args, _ = build_parser().parse_known_args(["grow"])
     typed = typed_settings({"slots": "early", "max_epochs": 3, "sample": True}, args.settings_parser, "f")

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from conftest import load_benchmark, tiny_shapes_task
+from esper.runs.eval_run import episode_jobs, episode_result
 from esper.scripts.cli import main
-from esper.scripts.evaluate import episode_jobs, episode_result
 from esper.tolaria import TASKS
 from test_cli import plateau_task
 

@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from conftest import tiny_shapes_task, training_signals
 from esper.kasmina import Topology
 from esper.leyline import GateThresholds, LifecycleOp, SeedStage
+from esper.runs.eval_run import policy_diagnostics
 from esper.scripts.cli import main
-from esper.scripts.evaluate import policy_diagnostics
 from esper.simic.checkpoint import policy_sha256
 from esper.tamiyo import HEADS, PolicySpaces, sample_factored
 from esper.tamiyo.diagnostics import BINS, DecisionDiagnostics, KeepCullCounts

@@ -10,8 +10,8 @@ import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from conftest import tiny_shapes_data, tiny_shapes_task
+from esper.runs.eval_run import ControllerSpec, pairs
 from esper.scripts.cli import main
-from esper.scripts.evaluate import ControllerSpec, pairs
 from esper.simic.checkpoint import policy_only, policy_sha256
 from esper.tolaria import TASKS
 from esper.tolaria.compute import width_for_train_gflops
@@ -193,7 +193,7 @@ def test_a_policy_file_replaced_while_the_eval_runs_stops_it(
     """Each episode loads the policy from its path, so a file replaced mid-run (a new policy
     shipped under the same name) would give episodes of two policies: the eval stops at the first
     episode of the other one, in one line, exit 1, with the episodes before it saved and not that one."""
-    import esper.scripts.evaluate as evaluate
+    import esper.runs.eval_run as evaluate
 
     policy = tmp_path / "policy.pt"
     policy.write_bytes(policy_checkpoint.read_bytes())
@@ -278,8 +278,8 @@ def test_a_heuristic_file_holds_the_schedule_by_name_and_the_order_as_a_list(tmp
     """TOML has no enums or tuples: the file's plain values become the knobs' types (a string
     schedule reached the controller's decisions before)."""
     from esper.leyline import BlendSchedule
-    from esper.scripts.common import UsageError
-    from esper.scripts.evaluate import heuristic_from_file
+    from esper.runs.common import UsageError
+    from esper.runs.eval_run import heuristic_from_file
     from esper.tamiyo import HeuristicConfig
 
     good = tmp_path / "h.toml"

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-import esper.scripts.evaluate as evaluate
+import esper.runs.eval_run as evaluate
 from conftest import tiny_shapes_task
 from esper.scripts.cli import main
 from esper.tolaria import TASKS

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from conftest import tiny_shapes_task
+from esper.runs.eval_run import parse_controller
 from esper.scripts.cli import main
-from esper.scripts.evaluate import parse_controller
 from esper.simic import CheckpointError, PolicyController
 from esper.simic.checkpoint import policy_only, read_checkpoint
 from esper.tamiyo import trained

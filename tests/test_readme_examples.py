@@ -14,7 +14,13 @@ from esper.scripts.cli import main
 from esper.tolaria import TASKS
 
 README = (Path(__file__).parents[1] / "README.md").read_text()
-EXAMPLES = ("build a model", "run an episode", "load a run", "load a grown network")
+EXAMPLES = (
+    "build a model",
+    "run an episode",
+    "load a run",
+    "load a grown network",
+    "train and evaluate a controller",
+)
 
 
 def example(name: str) -> str:

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from esper.runs.eval_run import parse_controller
 from esper.scripts.cli import main
-from esper.scripts.evaluate import parse_controller
 from esper.simic import PolicyController
 from esper.simic.checkpoint import policy_sha256
 from esper.tamiyo import trained_policy_names, trained_policy_path, trained_policy_record

@@ -11,8 +11,8 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 sys.path.insert(0, str(Path(__file__).parent))
 from conftest import tiny_shapes_task
+from esper.runs.common import rebuilt_tensorboard
 from esper.scripts.cli import main
-from esper.scripts.common import rebuilt_tensorboard
 from esper.tolaria import TASKS
 
 pytestmark = pytest.mark.slow

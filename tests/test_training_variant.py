@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from conftest import tiny_shapes_task
+from esper.runs.eval_run import _task_data
+from esper.runs.grow_run import resolve_growth
+from esper.runs.ppo_run import resolve_ppo
 from esper.scripts.cli import build_parser
-from esper.scripts.evaluate import _task_data
-from esper.scripts.grow import resolve_growth
-from esper.scripts.ppo import resolve_ppo
 from esper.tolaria import TASKS
 from esper.tolaria.datasets import ImageData
 

@@ -9,7 +9,7 @@ from typing import Any
 from esper.karn.rundir import RunDirError, read_json
 
 EVAL_KEYS = ("task", "seeds", "controllers", "test_accuracy", "paired")
-"""What every eval.json holds (`esper.scripts.evaluate.comparison` writes it)."""
+"""What every eval.json holds (`esper.runs.eval_run.comparison` writes it)."""
 
 
 def read_eval(path: Path) -> dict[str, Any]:

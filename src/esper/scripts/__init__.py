@@ -1,1 +1,2 @@
-"""Scripts: the command-line entry points (`esper ...` and `python -m esper.scripts.cli ...`)."""
+"""The command line: it parses flags, calls `esper.runs` and prints (`esper ...`, and
+`python -m esper.scripts.cli ...` under `torchrun`)."""

@@ -1,7 +1,7 @@
 """`esper heuristic|grow|ppo|eval|report|watch [...]`: the command dispatcher.
 
-Each command lives in its own module: `heuristic` and `grow` in `esper.scripts.grow`, `ppo` in
-`esper.scripts.ppo`, `eval` in `esper.scripts.evaluate`, `report` and `watch` in
+Each command lives in its own module: `heuristic` and `grow` in `esper.runs.grow_run`, `ppo` in
+`esper.runs.ppo_run`, `eval` in `esper.runs.eval_run`, `report` and `watch` in
 `esper.scripts.report` and `esper.scripts.watch`. This module parses, calls and turns every
 failure into one line and an exit code: 2 for bad input (before anything is written), 1 for a
 run that failed, 130 or 143 for a stop by signal.
@@ -19,12 +19,13 @@ import torch
 
 import esper
 from esper.nissa import TelemetryError
-from esper.scripts.common import AlreadyFinished, OneLineParser, RunFailure, UsageError
-from esper.scripts.evaluate import add_eval_parser, resolve_eval, run_eval
-from esper.scripts.grow import add_growth_parsers, resolve_growth, run_growth
-from esper.scripts.ppo import add_ppo_parser, distributed_context, resolve_ppo, run_ppo
+from esper.runs.common import AlreadyFinished, RunFailure, UsageError
+from esper.runs.eval_run import resolve_eval, run_eval
+from esper.runs.grow_run import resolve_growth, run_growth
+from esper.runs.ppo_run import distributed_context, resolve_ppo, run_ppo
+from esper.runs.stopping import StopRequested
+from esper.scripts.parsers import OneLineParser, add_eval_parser, add_growth_parsers, add_ppo_parser
 from esper.scripts.report import add_report_parser, resolve_report, run_report
-from esper.scripts.stopping import StopRequested
 from esper.scripts.watch import add_watch_parser, resolve_watch, run_watch
 from esper.simic.distributed import SINGLE_PROCESS, DistContext, shutdown_distributed
 from esper.simic.morphogenetic_envs import EnvFailure

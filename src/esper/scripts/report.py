@@ -10,7 +10,8 @@ from typing import Any
 
 from esper.karn.evaluation import read_eval
 from esper.karn.rundir import RunDirError, RunView, read_run
-from esper.scripts.common import OneLineParser, UsageError
+from esper.runs.common import UsageError
+from esper.scripts.parsers import OneLineParser
 
 
 def add_report_parser(sub: argparse._SubParsersAction) -> None:

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from esper.karn.rundir import RunDirError, read_run
-from esper.scripts.common import OneLineParser, UsageError, refuse_eval_run
+from esper.runs.common import UsageError, refuse_eval_run
+from esper.scripts.parsers import OneLineParser
 
 
 def add_watch_parser(sub: argparse._SubParsersAction) -> None:

@@ -1,4 +1,4 @@
-"""`python -m esper.scripts.cli ppo [...]`: learn a controller with PPO over vectorized envs.
+"""The run of `esper ppo` (`esper.runs.ppo`): learn a controller with PPO over vectorized envs.
 
 The run directory holds `metrics.jsonl` (one row per round), `summary.json`, `events.jsonl`
 (every env's lifecycle and epoch events) and `checkpoints/round-NNNN.pt`. `--resume` takes its
@@ -26,12 +26,11 @@ from esper.karn import write_json_atomic, write_torch_atomic
 from esper.karn.rundir import read_jsonl
 from esper.kasmina.blueprints import blueprint_names
 from esper.nissa import ROUND_METRICS, Event, TelemetryHub
-from esper.scripts.common import (
+from esper.runs.common import (
     AlreadyFinished,
     RunFailure,
     UsageError,
     a_run_of,
-    add_tracking_flags,
     check_minimum,
     check_run_dir,
     load_task_data,
@@ -43,9 +42,8 @@ from esper.scripts.common import (
     torch_build,
     tracking_project,
 )
-from esper.scripts.config import (
+from esper.runs.config import (
     PPO_GROUPS,
-    add_command,
     config_file,
     jsonable,
     merge_settings,
@@ -53,7 +51,7 @@ from esper.scripts.config import (
     parse_knobs,
     resolved_config,
 )
-from esper.scripts.stopping import GracefulStop, StopRequested
+from esper.runs.stopping import GracefulStop, StopRequested
 from esper.simic import CheckpointError
 from esper.simic.checkpoint import (
     POLICY_KEYS,
@@ -116,88 +114,10 @@ top-level keys may set them too."""
 SETTINGS = tuple(DEFAULTS)
 
 
-def add_ppo_parser(sub: argparse._SubParsersAction) -> None:
-    """Every option defaults to None, so a resumed run can tell which ones were given."""
-    p = add_command(sub, "ppo", "learn a controller with PPO over vectorized envs", PPO_GROUPS)
-    p.add_argument("--episodes", type=int, help="total episodes of the run, counting resumed ones (default 8)")
-    p.add_argument("--n-envs", type=int, help="envs stepped together; one round = one episode each (default 4)")
-    p.add_argument("--hidden", type=int, help="width of the policy's layers and LSTM (default 128)")
-    add_tracking_flags(p)
-    p.add_argument("--device", help="device of the policy, and of the envs unless --devices (default cpu)")
-    p.add_argument("--devices", nargs="+", help="devices the envs are spread over, round-robin")
-    p.add_argument("--amp", help="mixed precision for the hosts on CUDA: bf16 or fp16 (fp16: one GradScaler per env)")
-    add_host_speed_flags(p)
-    p.add_argument("--save-every", type=int, help="write a checkpoint every R rounds, and after the last (default 1)")
-    p.add_argument(
-        "--resume",
-        help="continue from this checkpoint, from the latest one of a run directory, or with 'last' from the latest "
-        "one of --run-dir, starting fresh if it has none (settings and knobs come from the checkpoint unless given)",
-    )
-    p.add_argument(
-        "--init-policy",
-        help="start this new run from a trained policy: a checkpoint, a policy file or a shipped policy's name "
-        "(e.g. shapes); its weights, observation statistics and training seeds (which eval refuses and a cloning "
-        "skips) carry over, the optimizer and the counters start fresh",
-    )
-    add_clone_flags(p)
 
 
-def add_host_speed_flags(p: argparse.ArgumentParser) -> None:
-    """How the hosts' work is issued on their device: compiled, or replayed as CUDA graphs."""
-    p.add_argument(
-        "--compile",
-        action="store_const",
-        const=True,
-        help="torch.compile each host's training forward (recompiles when a seed changes the graph)",
-    )
-    p.add_argument(
-        "--no-cuda-graphs",
-        dest="cuda_graphs",
-        action="store_const",
-        const=False,
-        help="launch every kernel of the CUDA hosts from Python instead of replaying CUDA graphs of their training "
-        "steps and measurements (same results; for debugging and comparison)",
-    )
-    p.add_argument(
-        "--cuda-graphs",
-        dest="cuda_graphs",
-        action="store_const",
-        const=True,
-        help="replay CUDA graphs (the default; turns them back on when resuming a --no-cuda-graphs run)",
-    )
 
 
-def add_clone_flags(p: argparse.ArgumentParser) -> None:
-    """The behaviour-cloning warm start (`esper.simic.cloning`)."""
-    p.add_argument(
-        "--clone-episodes",
-        type=int,
-        help="warm start: before PPO, clone the heuristic (the task's tuned one; --heuristic.KNOB changes it) from "
-        "this many of its episodes (default 0); given with --resume into a new --run-dir, a cloning before the resumed "
-        "PPO goes on",
-    )
-    p.add_argument(
-        "--clone-decisions",
-        help="which decisions of the heuristic's episodes to clone: all; keep-cull (those about a probationary seed "
-        "with a measured contribution: wait, fossilize or cull it); or verdicts (only its fossilizations and culls "
-        "of such seeds); or cull (at every step where a seed could be culled, only whether to cull it, and which) "
-        "(default all)",
-    )
-    p.add_argument(
-        "--clone-teacher",
-        help="whose episodes to clone: heuristic; or sign-culls (the run's own policy, e.g. from --init-policy, "
-        "acting greedily, except that it culls a seed on probation whose contribution is <= 0 and never one above) "
-        "(default heuristic)",
-    )
-    p.add_argument(
-        "--clone-anchor",
-        type=float,
-        help="with --clone-decisions cull: weight of KL(start || now) at every step, between the policy's odds "
-        "among the ops other than CULL as the cloning begins and as it fits, a penalty that holds when it grows "
-        "near where it was (default 0: none)",
-    )
-    p.add_argument("--clone-steps", type=int, help="full-batch Adam steps of the cloning (default 300)")
-    p.add_argument("--clone-lr", type=float, help="learning rate of the cloning (default 1e-3)")
 
 
 @dataclass
@@ -287,7 +207,7 @@ def resolve_ppo(args: argparse.Namespace, rest: Sequence[str] = (), ctx: DistCon
     return PPORun(
         settings, task, data, env, devices, policy_device, config, blueprints, knobs, run_dir, resume, resume_path,
         args.quiet, ctx, tracking_project(args), set_aside, restart_in_place,
-        clone_now=settings["clone_episodes"] > 0 and (resume is None or (branched and args.clone_episodes is not None)),
+        clone_now=settings["clone_episodes"] > 0 and (resume is None or (branched and getattr(args, "clone_episodes", None) is not None)),
         clonings=past_clonings(resume or init_policy),
         init_policy=init_policy,
     )  # fmt: skip
@@ -874,4 +794,4 @@ def distributed_context(args: argparse.Namespace) -> DistContext:
     return init_distributed(device)
 
 
-__all__ = ["DEFAULTS", "add_ppo_parser", "distributed_context", "resolve_ppo", "run_ppo"]
+__all__ = ["DEFAULTS", "distributed_context", "resolve_ppo", "run_ppo"]

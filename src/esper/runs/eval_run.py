@@ -1,4 +1,5 @@
-"""`esper eval`: several controllers on the same held-out seeds, compared paired.
+"""The run of `esper eval` (`esper.runs.evaluate`): several controllers on the same held-out
+seeds, compared paired.
 
 For each seed every controller trains a host from the same initialisation on the same data
 order (the env's generators derive from the seed alone), so the per-seed differences between
@@ -40,7 +41,7 @@ from esper.karn.rundir import read_jsonl
 from esper.leyline import GateThresholds
 from esper.nissa import Event, TelemetryHub
 from esper.nissa.tensorboard import EVAL_RESULT, TensorBoardBackend
-from esper.scripts.common import (
+from esper.runs.common import (
     MAX_RNG_SEED,
     RunFailure,
     UsageError,
@@ -55,10 +56,9 @@ from esper.scripts.common import (
     resolve_task,
     torch_build,
 )
-from esper.scripts.config import (
+from esper.runs.config import (
     Group,
     HostTraining,
-    add_command,
     config_file,
     merge_settings,
     over_tuned_heuristic,
@@ -67,7 +67,7 @@ from esper.scripts.config import (
     resolved_config,
     split_config,
 )
-from esper.scripts.stopping import GracefulStop, StopRequested
+from esper.runs.stopping import GracefulStop, StopRequested
 from esper.simic.checkpoint import CheckpointError, policy_sha256
 from esper.simic.controller import PolicyController
 from esper.simic.distributed import SINGLE_PROCESS
@@ -174,22 +174,6 @@ class EvalRun:
 
 
 # --------------------------------------------------------------------------- arguments
-def add_eval_parser(sub: argparse._SubParsersAction) -> None:
-    p = add_command(sub, "eval", "compare controllers paired on held-out seeds", EVAL_GROUPS, one_seed=False)
-    p.add_argument(
-        "--controllers", nargs="+", help=f"one or more of: {CONTROLLER_HELP} (two or more are compared, paired)"
-    )
-    p.add_argument("--seeds", help="A:B, the seeds A, A+1, ..., B-1 (as in Python)")
-    p.add_argument("--sample", action="store_true", default=None, help="policies sample their actions (default greedy)")
-    p.add_argument("--device", help="cpu, cuda, cuda:N or mps (default cpu)")
-    p.add_argument(
-        "--resume",
-        choices=["last"],
-        help="with --run-dir: run only the episodes that run directory does not hold yet (a fresh start if none)",
-    )
-    p.add_argument(
-        "--workers", type=int, help="episodes at once, one process each; 0: one by one in this process (default: CPUs)"
-    )
 
 
 MAX_EVAL_SEEDS = 100_000
@@ -316,7 +300,7 @@ def heuristic_from_file(path: str, defaults: HeuristicConfig) -> HeuristicConfig
         raise UsageError(f"heuristic:{path}: {exc}") from None
 
 
-def resolve_eval(args: argparse.Namespace, rest: list[str]) -> EvalRun:
+def resolve_eval(args: argparse.Namespace, rest: Sequence[str] = ()) -> EvalRun:
     file_settings, file_knobs = config_file(args, EVAL_DEFAULTS, EVAL_GROUPS)
     settings = merge_settings(EVAL_DEFAULTS, file_settings, args=args)
     task = resolve_task(settings["task"])

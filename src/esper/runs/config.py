@@ -27,7 +27,7 @@ from typing import Any
 from jsonargparse import ArgumentParser, set_parsing_settings
 
 from esper.leyline import GateThresholds
-from esper.scripts.common import UsageError
+from esper.runs.common import UsageError
 from esper.simic.rewards import RewardConfig
 from esper.simic.update import PPOConfig
 from esper.tamiyo import HeuristicConfig
@@ -144,12 +144,32 @@ def split_config(
 def config_file(
     args: argparse.Namespace, settings: Iterable[str], groups: dict[str, Group]
 ) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
-    """The settings and knobs of `--config`, if given (both empty otherwise)."""
+    """The settings and knobs of `--config`, if given (both empty otherwise), with the knobs of a
+    Python call (`python_request`) over the file's."""
+    called = getattr(args, "knobs", None) or {}
     if args.config is None:
-        return {}, {}
+        return {}, called
     source = f"--config {args.config!r}"
     flat, knobs = split_config(read_config_file(args.config), settings, groups, source)
+    knobs = {g: {**knobs.get(g, {}), **called.get(g, {})} for g in groups if g in knobs or g in called}
     return typed_settings(flat, args.settings_parser, source), knobs
+
+
+def python_request(
+    command: str,
+    defaults: dict[str, Any],
+    groups: dict[str, Group],
+    settings: dict[str, Any],
+    knobs: dict[str, dict[str, Any]] | None,
+    **run: Any,
+) -> argparse.Namespace:
+    """What the command line would have parsed, from a call of `esper.runs`: the settings by
+    their names (`max_epochs=4`), the knobs as one table per group (`{"ppo": {"lr": 1e-4}}`).
+    An unknown name is a `UsageError` naming the valid ones, as in a config file."""
+    source = f"esper.runs.{'evaluate' if command == 'eval' else command}()"
+    flat, _ = split_config(dict(settings), defaults, {}, source)
+    _, tables = split_config(dict(knobs or {}), (), groups, f"{source} knobs")
+    return argparse.Namespace(command=command, config=None, knobs=tables, track=None, wandb_project=None, **run, **flat)
 
 
 def typed_settings(flat: dict[str, Any], parser: argparse.ArgumentParser, source: str) -> dict[str, Any]:
@@ -255,85 +275,12 @@ def check_knob_types(name: str, group: Group, values: dict[str, Any]) -> None:
             raise UsageError(f"[{name}] {field.name} takes {kinds}, got {value!r}")
 
 
-def knobs_help(groups: dict[str, Group], chosen: Sequence[str] = ()) -> str:
-    """The knob flags of the `chosen` groups (all when empty) with their help: `--help-knobs`."""
-    text = knobs_parser({name: groups[name] for name in chosen or groups}).format_help()
-    body = text[text.index("\n\n") :].strip("\n")
-    return "knobs (also settable from --config FILE, as [group] tables):\n" + body
 
 
-def knob_groups_summary(command: str, groups: dict[str, Group]) -> str:
-    """The end of a subcommand's `--help`: one line per knob group, the knobs one step away."""
-    lines = [f"knob groups (--GROUP.KNOB VALUE, or a [GROUP] table in --config; `esper {command} --help-knobs GROUP`):"]
-    for name, group in groups.items():
-        doc = (type(group()).__doc__ or "").strip().splitlines()[0].rstrip(".")
-        lines.append(f"  {name:<10} {len(group_fields(group)):>2} knobs: {doc}")
-    return "\n".join(lines)
 
 
-class HelpKnobs(argparse.Action):
-    """`--help-knobs [GROUP ...]`: print the knob flags of those groups (all when none) and exit,
-    as `--help` does for the settings."""
-
-    def __init__(self, option_strings: Sequence[str], dest: str, groups: dict[str, Group], **kwargs: Any) -> None:
-        self.groups = groups
-        super().__init__(option_strings, dest, nargs="*", metavar="GROUP", default=argparse.SUPPRESS, **kwargs)
-
-    def __call__(self, parser: argparse.ArgumentParser, namespace: Any, values: Any, option_string: Any = None) -> None:
-        unknown = [v for v in values if v not in self.groups]
-        if unknown:
-            raise UsageError(f"--help-knobs {unknown[0]!r}: choose from {' '.join(self.groups)}")
-        print(knobs_help(self.groups, values))
-        parser.exit()
 
 
-def add_command(
-    sub: argparse._SubParsersAction, name: str, help: str, groups: dict[str, Group], one_seed: bool = True
-) -> argparse.ArgumentParser:
-    """A subcommand whose settings are its flags, with the flags every command shares; its
-    `--help` shows the settings and names the knob groups, whose flags `--help-knobs` lists."""
-    parser = sub.add_parser(
-        name,
-        help=help,
-        epilog=knob_groups_summary(name, groups),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument(
-        "--help-knobs",
-        action=HelpKnobs,
-        groups=groups,
-        help=f"list the knob flags of these groups (of all when none is named) and exit: {' '.join(groups)}",
-    )
-    parser.add_argument(
-        "--task",
-        help="one of: shapes, pydoc, cifar10, textfile; or your own, package.module:function "
-        "returning a TaskSpec (docs/own-task.md) (default shapes)",
-    )
-    parser.add_argument("--max-epochs", type=int, help="host epochs per episode (default: the task's)")
-    parser.add_argument("--slots", nargs="+", help="slots the controller may use (default: all of the host's)")
-    parser.add_argument("--max-germinations", type=int, help="most germinations per episode; 0: none (default 6)")
-    parser.add_argument(
-        "--blueprints",
-        nargs="+",
-        help="blueprints the controller may choose (default: the residual ones; width ones by name: widen_50 ...)",
-    )
-    if one_seed:
-        parser.add_argument(
-            "--seed", type=int, help="random seed of the run; episode e trains with seed S + e (default 0)"
-        )
-    parser.add_argument("--data-dir", help="folder of a real dataset (cifar10, textfile); else $ESPER_DATA_DIR")
-    parser.add_argument("--config", help="a TOML, YAML or JSON file of settings and [group] tables of knobs")
-    parser.add_argument("--run-dir", help=f"where the run is written (default runs/<time>-{name}-<task>)")
-    parser.add_argument("--quiet", action="store_true", help="no progress lines")
-    parser.set_defaults(settings_parser=parser)  # a config file's settings are read by it (`typed_settings`)
-    parser.add_argument(
-        "--threads",
-        type=int,
-        default=1,
-        help="torch CPU threads of this process (default 1: torch's default, one per core, spins against any "
-        "other load and ran a 3-epoch run 4x slower on a busy 2-core machine)",
-    )
-    return parser
 
 
 # --------------------------------------------------------------------------- the resolved tree

@@ -1,6 +1,6 @@
-"""`esper heuristic` and `esper grow`: grow hosts episode after episode with the heuristic
-controller (or, with `grow`, any controller: a learned policy, random, static), resumable by
-episode. The dispatcher of every command is `esper.scripts.cli`.
+"""The run of `esper heuristic` and `esper grow` (`esper.runs.heuristic`, `esper.runs.grow`):
+grow hosts episode after episode with the heuristic controller (or, with `grow`, any
+controller: a learned policy, random, static), resumable by episode.
 """
 
 from __future__ import annotations
@@ -17,11 +17,10 @@ from typing import Any
 from tqdm import tqdm
 
 from esper.karn import episode_summary, write_atomic, write_json_atomic, write_torch_atomic
-from esper.scripts.common import (
+from esper.runs.common import (
     MAX_RNG_SEED,
     AlreadyFinished,
     UsageError,
-    add_tracking_flags,
     check_blueprints_fit,
     check_minimum,
     check_run_dir,
@@ -34,16 +33,15 @@ from esper.scripts.common import (
     torch_build,
     tracking_project,
 )
-from esper.scripts.config import (
+from esper.runs.config import (
     HEURISTIC_GROUPS,
-    add_command,
     config_file,
     merge_settings,
     over_tuned_heuristic,
     parse_knobs,
     resolved_config,
 )
-from esper.scripts.evaluate import (
+from esper.runs.eval_run import (
     SIZED_STATICS,
     ControllerSpec,
     check_controller,
@@ -51,7 +49,7 @@ from esper.scripts.evaluate import (
     parse_controller,
     resolve_heuristic_blueprints,
 )
-from esper.scripts.stopping import GracefulStop, StopRequested
+from esper.runs.stopping import GracefulStop, StopRequested
 from esper.simic.distributed import SINGLE_PROCESS
 from esper.tamiyo import HeuristicConfig
 from esper.tolaria import (
@@ -87,21 +85,6 @@ GROW_CONTROLLERS = (
 )
 
 
-def add_growth_parsers(sub: argparse._SubParsersAction) -> None:
-    """`esper heuristic` and `esper grow`: one parser each, with the same options."""
-    h = add_command(sub, "heuristic", "train with the rule-based controller", HEURISTIC_GROUPS)
-    g = add_command(sub, "grow", "train with a given controller: a learned policy, random, ...", HEURISTIC_GROUPS)
-    g.add_argument("--controller", help=f"one of: {GROW_CONTROLLERS} (default heuristic)")
-    g.add_argument("--sample", action="store_true", default=None, help="a policy samples its actions (default greedy)")
-    for p in (h, g):
-        p.add_argument("--episodes", type=int, help="independent training runs, seeds S, S+1, ... (default 1)")
-        p.add_argument("--device", help="cpu, cuda, cuda:N or mps (default cpu)")
-        p.add_argument(
-            "--resume",
-            choices=["last"],
-            help="with --run-dir: continue that run from its first unfinished episode (a fresh start if it has none)",
-        )
-        add_tracking_flags(p)
 
 
 @dataclass(frozen=True)

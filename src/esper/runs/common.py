@@ -1,5 +1,5 @@
-"""What every subcommand shares: one-line usage errors, argument checks, run directories and
-their telemetry."""
+"""What every run shares: one-line usage errors, setting checks, run directories and their
+telemetry."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import os
 import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import torch
 
@@ -41,18 +41,6 @@ class AlreadyFinished(Exception):
         super().__init__(f"{run_dir} has finished: {done} of {episodes} episodes; nothing to do")
 
 
-class OneLineParser(argparse.ArgumentParser):
-    """argparse prints usage plus the error; Esper prints just the error, on one line."""
-
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(message)
-
-    def _get_values(self, action: argparse.Action, arg_strings: list[str]) -> Any:
-        """argparse drops a lone `--` as an option's value (`--episodes=--`) and hands back an
-        empty list, unconverted; an option that takes one value refuses it instead."""
-        if action.nargs is None and action.option_strings and arg_strings in ([], ["--"]):
-            raise UsageError(f"{'/'.join(action.option_strings)}: expected one value, got '--'")
-        return super()._get_values(action, arg_strings)
 
 
 def torch_build() -> dict[str, str]:
@@ -194,11 +182,6 @@ def load_task_data(task: TaskSpec, data_dir: str | None) -> TaskData:
         raise UsageError(f"host.samples_per_epoch: {exc}") from None
 
 
-def add_tracking_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--track", action="store_true", default=None, help=f"also log to Weights & Biases ({INSTALL_HINT})"
-    )
-    parser.add_argument("--wandb-project", help="the W&B project of --track (default esper)")
 
 
 def tracking_project(args: argparse.Namespace) -> str | None:

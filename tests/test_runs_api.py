@@ -1,0 +1,56 @@
+"""`esper.runs`: each command as a Python function taking the command's settings."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+import esper.runs
+from conftest import tiny_shapes_task
+from esper.scripts.cli import main
+from esper.tolaria import TASKS
+
+
+def test_the_package_names_one_function_per_command() -> None:
+    assert [f.__name__ for f in (esper.runs.grow, esper.runs.heuristic, esper.runs.ppo, esper.runs.evaluate)] == [
+        "grow",
+        "heuristic",
+        "ppo",
+        "evaluate",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda: esper.runs.grow(max_epoch=3), "esper.runs.grow(): unknown key 'max_epoch'; valid keys: task episodes"),
+        (lambda: esper.runs.ppo(knobs={"ppo": {"bogus": 1}}), "unknown key 'ppo.bogus'; valid keys of [ppo]:"),
+        (lambda: esper.runs.heuristic(knobs={"reward": {}}), "esper.runs.heuristic() knobs: unknown key 'reward'"),
+        (lambda: esper.runs.evaluate(["static", "nonsense"], seeds="0:2"), "unknown controller 'nonsense'"),
+        (lambda: esper.runs.grow(episodes=0), "--episodes must be >= 1"),
+    ],
+)
+def test_bad_settings_raise_the_commands_one_line_and_write_nothing(call, message: str, workdir: Path) -> None:
+    with pytest.raises(esper.runs.UsageError) as error:
+        call()
+    assert message in str(error.value) and "\n" not in str(error.value)
+    assert not (workdir / "runs").exists()
+
+
+def test_a_python_grow_equals_the_command_with_the_same_settings(workdir: Path, monkeypatch, capsys) -> None:
+    monkeypatch.setitem(TASKS, "shapes", tiny_shapes_task())
+    knobs = {"heuristic": {"warmup_epochs": 1, "plateau_patience": 1}}
+    summary = esper.runs.heuristic(max_epochs=4, seed=3, run_dir="runs/python", quiet=True, knobs=knobs)
+    flags = ["--max-epochs", "4", "--seed", "3", "--quiet", "--run-dir", "runs/cli"]
+    assert main(["heuristic", *flags, "--heuristic.warmup_epochs", "1", "--heuristic.plateau_patience", "1"]) == 0
+    written = json.loads(Path("runs/python/summary.json").read_text())
+    command = json.loads(Path("runs/cli/summary.json").read_text())
+    assert summary == written
+    assert written["final_test_accuracy"] == command["final_test_accuracy"]
+    python_config, cli_config = (json.loads(Path(f"runs/{r}/config.json").read_text()) for r in ("python", "cli"))
+    assert python_config["settings"] == cli_config["settings"] and python_config["knobs"] == cli_config["knobs"]
+    assert python_config["command"] == cli_config["command"] == "heuristic"
