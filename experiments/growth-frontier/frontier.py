@@ -53,10 +53,10 @@ from esper.karn import estimate, paired_difference, write_json_atomic
 from esper.karn.rundir import read_jsonl
 from esper.kasmina import Topology
 from esper.leyline import GateThresholds
-from esper.scripts.common import UsageError, torch_build
-from esper.scripts.config import HostTraining
-from esper.scripts.evaluate import ControllerSpec, EpisodeJob, naive_schedule, parse_seeds, run_one
-from esper.scripts.grow import DEFAULT_MAX_GERMINATIONS
+from esper.runs.common import UsageError, torch_build
+from esper.runs.config import HostTraining
+from esper.runs.eval_run import ControllerSpec, EpisodeJob, naive_schedule, parse_seeds, run_one
+from esper.runs.grow_run import DEFAULT_MAX_GERMINATIONS
 from esper.tamiyo import PREFERRED_BLUEPRINTS, trained_policy_path, tuned_heuristic
 from esper.tolaria import TASKS, EnvConfig, TaskSpec, get_task
 
