@@ -115,9 +115,9 @@ def test_a_checkpoint_that_does_not_fit_the_task_is_refused(tiny_shapes, workdir
 
 
 @pytest.mark.slow
-def test_the_readme_example_runs(workdir: Path) -> None:
-    """The README's Python example, exactly as printed there."""
-    readme = (Path(__file__).parents[1] / "README.md").read_text()
-    block = readme.split("<!-- example: a policy as a controller -->")[1].split("```python")[1].split("```")[0]
+def test_the_docs_example_of_a_policy_as_a_controller_runs(workdir: Path) -> None:
+    """docs/learning.md's Python example, exactly as printed there."""
+    page = (Path(__file__).parents[1] / "docs" / "learning.md").read_text()
+    block = page.split("<!-- example: a policy as a controller -->")[1].split("```python")[1].split("```")[0]
     assert len(block.strip().splitlines()) <= 10
-    exec(compile(block, "README.md", "exec"), {})
+    exec(compile(block, "docs/learning.md", "exec"), {})

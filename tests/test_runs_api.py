@@ -54,3 +54,13 @@ def test_a_python_grow_equals_the_command_with_the_same_settings(workdir: Path, 
     python_config, cli_config = (json.loads(Path(f"runs/{r}/config.json").read_text()) for r in ("python", "cli"))
     assert python_config["settings"] == cli_config["settings"] and python_config["knobs"] == cli_config["knobs"]
     assert python_config["command"] == cli_config["command"] == "heuristic"
+
+
+@pytest.mark.slow
+def test_the_docs_example_runs_as_printed(workdir: Path, monkeypatch, capsys) -> None:
+    monkeypatch.setitem(TASKS, "shapes", tiny_shapes_task())
+    page = (Path(__file__).parents[1] / "docs" / "commands.md").read_text()
+    block = page.split("<!-- example: runs from python -->")[1].split("```python")[1].split("```")[0]
+    exec(compile(block, "docs/commands.md", "exec"), {})
+    assert "test accuracy" in capsys.readouterr().out
+    assert (workdir / "runs" / "from-python-heuristic" / "summary.json").is_file()
