@@ -133,6 +133,7 @@ def test_resume_from_an_older_round_refuses_to_overwrite_later_checkpoints(
         (["--ppo.learnin_rate", "1e-4"], ("--ppo.learnin_rate", "groups: ppo reward gates governor host")),
         (["--ppo.learning_rate", "fast"], ("ppo.learning_rate", "fast")),
         (["--gates.blend_epochs", "0"], ("blend_epochs must be >= 1", "0")),
+        (["--gates.keep_reading", "fresh"], ("keep_reading 'fresh': choose from accuracy loss",)),
         (["--reward.gamma", "0.9"], ("shaping gamma (0.9) must equal the PPO gamma (1.0)",)),
         (["--episodes", "0"], ("--episodes must be >= 1, got 0",)),
         (["--save-every", "0"], ("--save-every must be >= 1, got 0",)),

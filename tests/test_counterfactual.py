@@ -16,10 +16,11 @@ from torch.optim.swa_utils import update_bn
 
 from conftest import make_env
 from esper.kasmina import CNNHost, GateInputs, MorphogeneticModel, TransformerHost
-from esper.leyline import BlendSchedule, Decision, SeedStage
+from esper.leyline import BlendSchedule, Decision, GateThresholds, LifecycleOp, SeedStage
+from esper.leyline.constants import LOSS_READING_POINTS_PER_NAT
 from esper.tolaria import get_task
 from esper.tolaria.datasets import load_shapes
-from esper.tolaria.training import ArmStatistics, recalibrate_batchnorm, validate
+from esper.tolaria.training import ArmStatistics, ValidationStats, recalibrate_batchnorm, validate
 
 
 def accuracy_of(model: MorphogeneticModel, batches, overrides=None, batchnorm_stats=None) -> float:
@@ -178,3 +179,39 @@ def test_the_loss_contribution_is_the_ablated_arm_s_loss_minus_the_model_s(bluep
     expected = float(sum(ablated) / 3 - sum(loss) / 3)
     assert stats.loss_contribution("mid") == pytest.approx(expected, abs=1e-5)
     assert stats.loss_contribution("early") is None
+
+
+def test_the_loss_keep_reading_puts_the_loss_contribution_in_points() -> None:
+    stats = ValidationStats(
+        loss=1.0, accuracy=60.0, ablated_accuracy={"mid": 61.0}, ablated_loss={"mid": 1.02}, keep_reading="loss"
+    )
+    assert stats.contribution("mid") == pytest.approx(LOSS_READING_POINTS_PER_NAT * 0.02)
+    assert stats.accuracy_contribution("mid") == pytest.approx(-1.0)
+    assert dataclasses.replace(stats, keep_reading="accuracy").contribution("mid") == pytest.approx(-1.0)
+    assert stats.contribution("early") is None
+
+
+def test_a_bad_keep_reading_is_refused_naming_the_choices() -> None:
+    with pytest.raises(ValueError, match="keep_reading 'fresh': choose from accuracy loss"):
+        GateThresholds(keep_reading="fresh")
+
+
+@pytest.mark.parametrize("reading", ["accuracy", "loss"])
+def test_the_gates_and_the_signals_read_the_chosen_reading(reading: str) -> None:
+    """What a controller sees as `contribution`, what G4 and the probation cull judge and what
+    the events record are one reading: the one `keep_reading` names."""
+    thresholds = GateThresholds(min_training_epochs=1, blend_epochs=1, keep_reading=reading)
+    env = make_env(max_epochs=6, thresholds=thresholds)
+    env.reset(0)
+    env.step(Decision(LifecycleOp.GERMINATE, "mid", "conv_light"))
+    signals = None
+    for _ in range(3):
+        signals = env.step(Decision.wait()).signals
+        if signals.slot("mid").contribution is not None:
+            break
+    mid = signals.slot("mid")
+    val = env._last_val  # the measurement the signals were built from
+    in_points = LOSS_READING_POINTS_PER_NAT * val.loss_contribution("mid")
+    expected = in_points if reading == "loss" else val.accuracy_contribution("mid")
+    assert mid.contribution == pytest.approx(expected)
+    assert mid.loss_contribution == pytest.approx(val.loss_contribution("mid"))

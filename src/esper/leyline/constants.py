@@ -30,6 +30,16 @@ def gradient_is_healthy(grad_norm: float | None) -> bool:
     return grad_norm is not None and not gradient_is_vanishing(grad_norm) and not gradient_is_exploding(grad_norm)
 
 
+KEEP_READINGS: tuple[str, ...] = ("accuracy", "loss")
+"""What a seed's contribution is read from: see `GateThresholds.keep_reading`."""
+
+LOSS_READING_POINTS_PER_NAT: float = 37.0
+"""Points of selection accuracy per nat of selection loss, to put the loss reading on the
+accuracy reading's scale: the least-squares slope of a seed's accuracy contribution on its loss
+contribution, both measured on 20,000 fresh images, `shapes`, seeds 150..159, 2026-11-26
+(experiments/keep-cull-reading). Another task has another slope; its sign is the task's own."""
+
+
 @dataclass(frozen=True)
 class GateThresholds:
     """The conditions of the lifecycle gates G0..G5 and of the automatic culls.
@@ -92,6 +102,14 @@ class GateThresholds:
     width_blend_epochs: int = 1
     """`blend_epochs` for a width seed (see `width_training_epochs`)."""
 
+    keep_reading: str = "accuracy"
+    """What a seed's contribution (the gates', the controllers' and the observation's) is read
+    from, both in one measurement pass: `accuracy`, selection accuracy with the seed minus with
+    its alpha forced to 0; `loss`, selection loss without the seed minus with it, put in points
+    by `LOSS_READING_POINTS_PER_NAT`. The loss reading's spread against 20,000 fresh images is
+    about 6 times smaller (0.06 to 0.08 points against 0.37 to 0.46 on first readings,
+    experiments/keep-cull-reading); no paired eval has compared the decisions made on it yet."""
+
     def __post_init__(self) -> None:
         names = ("min_training_epochs", "blend_epochs", "min_probation_epochs", "embargo_epochs")
         for name in (*names, "width_training_epochs", "width_blend_epochs"):
@@ -103,6 +121,8 @@ class GateThresholds:
             raise ValueError("probation_timeout_epochs must be >= min_probation_epochs")
         if self.max_training_epochs < self.width_training_epochs:
             raise ValueError("max_training_epochs must be >= width_training_epochs")
+        if self.keep_reading not in KEEP_READINGS:
+            raise ValueError(f"keep_reading {self.keep_reading!r}: choose from {' '.join(KEEP_READINGS)}")
 
     def for_width_seed(self) -> GateThresholds:
         """The thresholds a width seed's lifecycle runs under: its own dwell times."""

@@ -345,7 +345,7 @@ class MorphogeneticEnv:
         with self.passes.on_stream():
             val = self.passes.measure(self.model)
         self.compute.add_measurement(self.model, tuple(val.ablated_accuracy))
-        return val
+        return dataclasses.replace(val, keep_reading=self.config.thresholds.keep_reading)
 
     def _assemble_signals(
         self, measured: EpochMeasurements, val: ValidationStats, healthy: bool = True

@@ -16,6 +16,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 
 from esper.kasmina import MorphogeneticModel
 from esper.kasmina.model import BatchNormStats
+from esper.leyline.constants import LOSS_READING_POINTS_PER_NAT
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 
@@ -64,6 +65,8 @@ class ValidationStats:
     """Accuracy with each blended slot's alpha forced to 0, by slot."""
     ablated_loss: dict[str, float] = field(default_factory=dict)
     """Mean loss with each blended slot's alpha forced to 0, by slot."""
+    keep_reading: str = "accuracy"
+    """What `contribution` reads (`GateThresholds.keep_reading`): accuracy, or loss in points."""
 
     @classmethod
     def from_sums(cls, values: list[float], n_items: int, ablate: tuple[str, ...]) -> ValidationStats:
@@ -77,7 +80,15 @@ class ValidationStats:
         )
 
     def contribution(self, slot: str) -> float | None:
-        """Accuracy with the seed minus without it, in points: what the gates read."""
+        """The seed's contribution in points, as the gates and controllers read it: the accuracy
+        reading, or with `keep_reading` "loss" the loss reading at `LOSS_READING_POINTS_PER_NAT`."""
+        if self.keep_reading == "loss":
+            loss = self.loss_contribution(slot)
+            return None if loss is None else LOSS_READING_POINTS_PER_NAT * loss
+        return self.accuracy_contribution(slot)
+
+    def accuracy_contribution(self, slot: str) -> float | None:
+        """Accuracy with the seed minus without it, in points."""
         ablated = self.ablated_accuracy.get(slot)
         return None if ablated is None else self.accuracy - ablated
 
