@@ -1,4 +1,4 @@
-"""`benchmarks/counterfactual_retest.py`: a probationary seed measured again on fresh images."""
+"""`experiments/keep-cull-reading/counterfactual_retest.py`: a probationary seed measured again on fresh images."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import load_benchmark, tiny_shapes_task
+from conftest import EXPERIMENTS, load_benchmark, tiny_shapes_task
 from esper.runs.eval_run import episode_jobs, episode_result
 from esper.scripts.cli import main
 from esper.tolaria import TASKS
@@ -15,7 +15,7 @@ from test_cli import plateau_task
 
 
 def load_script():
-    return load_benchmark("counterfactual_retest")
+    return load_benchmark("counterfactual_retest", EXPERIMENTS / "keep-cull-reading")
 
 
 def reading(epochs_on_probation: int, selection: float, retest: float) -> dict:

@@ -1,14 +1,14 @@
-"""`benchmarks/first_readings.py`: what a seed's first probationary reading says about its next."""
+"""`experiments/keep-cull-reading/first_readings.py`: what a seed's first probationary reading says about its next."""
 
 from __future__ import annotations
 
 import json
 
-from conftest import load_benchmark
+from conftest import EXPERIMENTS, load_benchmark
 
 
 def load_script():
-    return load_benchmark("first_readings")
+    return load_benchmark("first_readings", EXPERIMENTS / "keep-cull-reading")
 
 
 def decision(epoch: int, slot: str, keep: float, contribution: float) -> dict:

@@ -106,7 +106,7 @@ def test_a_policy_file_acts_as_its_checkpoint_does_at_a_third_of_the_size(
     workdir: Path,
     tmp_path: Path,
 ) -> None:
-    """`policy_only` (what `benchmarks/ship_policy.py` ships) keeps what acting reads: the same
+    """`policy_only` (what `tools/ship_policy.py` ships) keeps what acting reads: the same
     greedy decisions as the full checkpoint; without the optimizer a resume refuses it."""
     cut = tmp_path / "policy.pt"
     torch.save(policy_only(read_checkpoint(policy_checkpoint)), cut)

@@ -1,4 +1,4 @@
-"""`benchmarks/pool_evals.py`: one paired estimate over several eval runs on disjoint seeds."""
+"""`experiments/learned-controller/pool_evals.py`: one paired estimate over several eval runs on disjoint seeds."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import load_benchmark
+from conftest import EXPERIMENTS, load_benchmark
 
 
 def load_script():
-    return load_benchmark("pool_evals")
+    return load_benchmark("pool_evals", EXPERIMENTS / "learned-controller")
 
 
 def eval_file(path: Path, seeds: list[int], controllers: dict[str, tuple[list[float], list[int]]]) -> str:

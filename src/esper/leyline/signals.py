@@ -30,7 +30,7 @@ class SlotSignals:
     loss_contribution: float | None = None
     """Validation loss with the seed's alpha forced to 0 minus with the seed (nats; positive: it
     helps); None unless blended. Continuous, so less noisy per image than `contribution`; no gate
-    or controller reads it yet (`benchmarks/counterfactual_retest.py` measures its precision)."""
+    or controller reads it yet (`experiments/keep-cull-reading/counterfactual_retest.py` measures its precision)."""
 
     @property
     def grad_vanishing(self) -> bool:

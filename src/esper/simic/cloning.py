@@ -131,7 +131,7 @@ class SignCulls:
     contribution's sign is what the keep/cull AUC scores (`esper.tamiyo.diagnostics`). Under the
     default gates a seed the policy waits on is culled by the lifecycle only if its *next*
     reading is at or below `probation_cull_contribution` (0), and on `shapes` a first reading at
-    or below zero is mostly above zero one epoch later (`benchmarks/first_readings.py`), so this
+    or below zero is mostly above zero one epoch later (`experiments/keep-cull-reading/first_readings.py`), so this
     teacher culls seeds the lifecycle would have kept: it trades accuracy for the AUC."""
 
     def __init__(self, policy: PolicyController) -> None:

@@ -19,7 +19,7 @@ PREFERRED_BLUEPRINTS: dict[Topology, tuple[str, ...]] = {
 """Rotation order: most parameters (capacity) first."""
 
 TUNED_DIR = Path(__file__).parent / "tuned"
-"""`<task>.json` here holds the heuristic knobs `benchmarks/tune_heuristic.py` found best for a
+"""`<task>.json` here holds the heuristic knobs `tools/tune_heuristic.py` found best for a
 task (its `heuristic` table); they are that task's defaults in every command."""
 
 

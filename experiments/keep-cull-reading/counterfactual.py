@@ -13,7 +13,7 @@ episode (the gates are set to keep it alive until then, whatever it reads):
 
 Prints one JSON object with a row per (blueprint, slot).
 
-Usage: python benchmarks/counterfactual.py [--cases norm:mid conv_heavy:mid norm:late] [--seed 0]
+Usage: python experiments/keep-cull-reading/counterfactual.py [--cases norm:mid conv_heavy:mid norm:late] [--seed 0]
 """
 
 from __future__ import annotations

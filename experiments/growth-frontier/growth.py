@@ -11,7 +11,7 @@ work of one two-thread process on these small convolutions). Prints one JSON obj
 seed the test and selection accuracy, parameters, and the grown arm's fossilized and culled
 seeds; per arm the mean test accuracy with its 95% interval; and the paired differences.
 
-Usage: python benchmarks/growth.py [--task shapes] [--seeds 0:5] [--max-epochs E] [--workers N]
+Usage: python experiments/growth-frontier/growth.py [--task shapes] [--seeds 0:5] [--max-epochs E] [--workers N]
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ on disjoint seed sets pair the same way, so their seeds can be pooled into one p
 Pool every set that was run, not the ones that came out well: which sets to pool must not depend
 on their results.
 
-    python benchmarks/pool_evals.py --a policy:shapes --b heuristic FILE [FILE ...]
+    python experiments/learned-controller/pool_evals.py --a policy:shapes --b heuristic FILE [FILE ...]
 
 A controller may go by another name in some files (a checkpoint path before it shipped): give
 every name it has (`--a policy:shapes --a policy:/tmp/recipe/v12/checkpoints/round-0008.pt`; the

@@ -16,7 +16,7 @@ normalized), 8 envs x 128 steps a round, 64 hidden units in separate actor and c
 observations normalized and rewards scaled by the running spread of the discounted return
 (`train_gym`'s defaults). Prints one JSON object; progress goes to stderr.
 
-Usage: python benchmarks/ppo_gym.py [--env CartPole-v1] [--steps 500000] [--seed 0]
+Usage: python experiments/ppo-core/ppo_gym.py [--env CartPole-v1] [--steps 500000] [--seed 0]
 """
 
 from __future__ import annotations

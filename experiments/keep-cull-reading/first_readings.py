@@ -8,7 +8,7 @@ early by the sign of the first reading, and whether culling on it is right depen
 that sign holds one epoch later. This script counts it, from the `keep_cull_decisions` an eval
 records for each policy controller (one decision per probationary slot per epoch).
 
-    python benchmarks/first_readings.py FILE [FILE ...] [--controller NAME]
+    python experiments/keep-cull-reading/first_readings.py FILE [FILE ...] [--controller NAME]
 
 For each seed's first reading on which the controller waited (a keep score above -1/2, so P(CULL)
 under one half; a greedy CULL at under one half, possible where three ops are open, would count

@@ -18,7 +18,7 @@ Writes the whole search (every candidate, every seed) as JSON to `--out`, prints
 and with `--write-default` stores the winner as the task's tuned heuristic
 (`src/esper/tamiyo/tuned/<task>.json`), which every command then uses as the heuristic's defaults.
 
-Usage: python benchmarks/tune_heuristic.py [--task shapes] [--seeds 100:102] [--confirm-seeds 102:106]
+Usage: python tools/tune_heuristic.py [--task shapes] [--seeds 100:102] [--confirm-seeds 102:106]
        [--candidates 14] [--finalists 4] [--workers 2] [--out FILE] [--write-default]
 """
 
@@ -162,7 +162,7 @@ def main() -> None:
     parser.add_argument("--max-epochs", type=int, default=None)
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--search-seed", type=int, default=0, help="seed of the random draws")
-    parser.add_argument("--out", default=None, help="default: benchmarks/results/tune_heuristic_<task>.json")
+    parser.add_argument("--out", default=None, help="default: tools/results/tune_heuristic_<task>.json")
     parser.add_argument("--write-default", action="store_true", help="store the winner as the task's tuned heuristic")
     args = parser.parse_args()
     task = get_task(args.task)
@@ -195,7 +195,7 @@ def main() -> None:
         "date": time.strftime("%Y-%m-%d"),
         **torch_build(),
     }
-    out = Path(args.out or f"benchmarks/results/tune_heuristic_{task.name}.json")
+    out = Path(args.out or f"tools/results/tune_heuristic_{task.name}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
     for t in table:
@@ -206,7 +206,7 @@ def main() -> None:
         )
     if args.write_default:
         TUNED_DIR.mkdir(exist_ok=True)
-        command = "python benchmarks/tune_heuristic.py " + " ".join(sys.argv[1:])
+        command = "python tools/tune_heuristic.py " + " ".join(sys.argv[1:])
         tuned = {"task": task.name, "heuristic": knobs[best], "search": {"command": command, "report": str(out)}}
         (TUNED_DIR / f"{task.name}.json").write_text(json.dumps(tuned, indent=1) + "\n", encoding="utf-8")
         print(f"tuned heuristic for {task.name} written to {TUNED_DIR / f'{task.name}.json'}")

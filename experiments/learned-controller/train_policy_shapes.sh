@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The recipe behind `policy:shapes`, from scratch (50 to 55 minutes on two CPU cores):
 #
-#   bash benchmarks/train_policy_shapes.sh [RUN_DIR]      (default runs/policy-shapes)
+#   bash experiments/learned-controller/train_policy_shapes.sh [RUN_DIR]      (default runs/policy-shapes)
 #
 # Recipe v12 in the README: a soft behaviour clone of the tuned heuristic (6 episodes, 100 Adam
 # steps), then 32 PPO episodes in 4 envs against a paired static twin, with a constant entropy

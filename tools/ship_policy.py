@@ -1,7 +1,7 @@
 """Ship a trained policy with the package: `policy:NAME` in `esper eval` and `esper grow`.
 
-    python benchmarks/ship_policy.py CHECKPOINT --name shapes --command "esper ppo ..." \
-        [--eval benchmarks/results/eval_....json] [--note TEXT]
+    python tools/ship_policy.py CHECKPOINT --name shapes --command "esper ppo ..." \
+        [--eval experiments/EXPERIMENT/results/eval_....json] [--note TEXT]
 
 writes `src/esper/tamiyo/trained/NAME.pt` (the checkpoint cut down to what acting reads: no
 optimizer or RNG state, loadable with `weights_only=True`) and `NAME.json` beside it: the

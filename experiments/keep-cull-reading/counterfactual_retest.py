@@ -16,9 +16,9 @@ goes on exactly as in `eval` (the final test accuracies can be checked against a
 with `--check-against`). With 20,000 images the retest reading is a tenfold sample; where it and
 the selection reading disagree in sign, the selection reading's sign was the sample's.
 
-    python benchmarks/counterfactual_retest.py --controllers policy:shapes heuristic --seeds 150:160 \
-        [--retest-images 20000] [--workers 2] [--check-against eval.json] [--out FILE]
-    python benchmarks/counterfactual_retest.py --pool FILE [FILE ...] [--out FILE]
+    python experiments/keep-cull-reading/counterfactual_retest.py --controllers policy:shapes heuristic \
+        --seeds 150:160 [--retest-images 20000] [--workers 2] [--check-against eval.json] [--out FILE]
+    python experiments/keep-cull-reading/counterfactual_retest.py --pool FILE [FILE ...] [--out FILE]
 
 Prints JSON (and writes it to `--out`): every probationary reading (controller, seed, epoch,
 slot, epochs on probation, the selection and retest contributions, a policy's keep score), and
@@ -338,7 +338,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             print(f"  {e['controller']} seed {e['seed']}: {len(e['readings'])} probationary readings", file=sys.stderr)
     episodes.sort(key=lambda e: (names.index(e["controller"]), e["seed"]))
     result: dict[str, Any] = {
-        "command": "python benchmarks/counterfactual_retest.py " + " ".join(args.argv),
+        "command": "python experiments/keep-cull-reading/counterfactual_retest.py " + " ".join(args.argv),
         "seeds": list(run.seeds),
         "selection_images": episodes[0]["selection_images"],
         "retest_images": args.retest_images,

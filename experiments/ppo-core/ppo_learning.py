@@ -10,7 +10,7 @@ checkpoints for inspection.
 Episodes are shorter than the task's default (`--max-epochs 20`) so that enough rounds fit in
 a CPU budget; the lifecycle still has time to fossilize seeds germinated in the first half.
 
-Usage: python benchmarks/ppo_learning.py [--rounds 12] [--n-envs 4] [--max-epochs 20] [--seed 0]
+Usage: python experiments/ppo-core/ppo_learning.py [--rounds 12] [--n-envs 4] [--max-epochs 20] [--seed 0]
 """
 
 from __future__ import annotations
