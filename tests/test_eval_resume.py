@@ -3,9 +3,12 @@
 
 from __future__ import annotations
 
+import concurrent.futures
+import concurrent.futures.process
 import json
 import os
 import signal
+import subprocess
 import sys
 from pathlib import Path
 
@@ -14,6 +17,10 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 import esper.runs.eval_run as evaluate
 from conftest import tiny_shapes_task
+from esper.runs.common import RunFailure
+from esper.runs.config import python_request
+from esper.runs.eval_run import EVAL_DEFAULTS, EVAL_GROUPS
+from esper.runs.stopping import GracefulStop
 from esper.scripts.cli import main
 from esper.tolaria import TASKS
 from test_cli import check_usage_error
@@ -72,3 +79,48 @@ def test_eval_resume_refuses_other_settings(tiny_shapes, workdir: Path, tmp_path
         capsys, [*EVAL, "--max-germinations", "2", "--resume", "last", "--run-dir", str(run_dir)], "other"
     )
     check_usage_error(capsys, [*EVAL, "--resume", "last"], "--resume last needs --run-dir")
+
+
+class DeadPool:
+    """A pool whose worker was killed: every future fails as ProcessPoolExecutor's do then."""
+
+    def submit(self, fn, job) -> concurrent.futures.Future:
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        future.set_exception(concurrent.futures.process.BrokenProcessPool("a process was terminated abruptly"))
+        return future
+
+
+def test_a_dead_worker_is_one_line_naming_what_is_saved(tiny_shapes, workdir: Path, tmp_path: Path) -> None:
+    settings = {"controllers": ["static", "heuristic"], "seeds": "3:5", "max_epochs": 2, "workers": 2}
+    run_dir = tmp_path / "run"
+    where = {"run_dir": str(run_dir), "resume": None, "quiet": True}
+    request = python_request("eval", EVAL_DEFAULTS, EVAL_GROUPS, settings, None, **where)
+    run = evaluate.resolve_eval(request)
+    run_dir.mkdir()
+    with pytest.raises(RunFailure) as failure:
+        evaluate.run_all(run, DeadPool(), list(run.controllers), {}, GracefulStop("the episodes running are finished"))
+    message = str(failure.value)
+    assert message.startswith("a worker process died") and "\n" not in message
+    assert f"--resume last --run-dir {run_dir}" in message and "the 0 episodes" in message
+
+
+@pytest.mark.slow
+def test_sigterm_to_the_whole_process_group_stops_eval_cleanly(tmp_path: Path) -> None:
+    """`timeout`, a scheduler or Ctrl-C signal every process of the group, the workers too: the
+    workers leave it to the main process, which stops after the running episodes (exit 143,
+    one line), where a killed worker used to break the pool into a traceback."""
+    run_dir = tmp_path / "run"
+    argv = [sys.executable, "-m", "esper.scripts.cli", "eval", "--controllers", "static", "--seeds", "0:6"]
+    argv += ["--max-epochs", "2", "--workers", "2", "--run-dir", str(run_dir)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
+    process = subprocess.Popen(argv, env=env, start_new_session=True, **pipes)
+    assert process.stdout is not None
+    for line in process.stdout:  # wait for the first finished episode: the workers are busy
+        if line.startswith("  static seed"):
+            break
+    os.killpg(process.pid, signal.SIGTERM)
+    _, err = process.communicate(timeout=300)
+    assert process.returncode == 143, err
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1].startswith("esper: eval stopped with")

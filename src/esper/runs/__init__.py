@@ -44,9 +44,8 @@ def grow(
 ) -> dict[str, Any]:
     """`esper grow`: episodes of one controller (`heuristic`, `static`, `random`,
     `naive:BLUEPRINT@EPOCH`, `policy:PATH|NAME`), each growing a fresh host. Returns summary.json."""
-    request = python_request(
-        "grow", GROW_DEFAULTS, HEURISTIC_GROUPS, {**settings, "controller": controller}, knobs, **_run(run_dir, resume, quiet)
-    )
+    settings = {**settings, "controller": controller}
+    request = python_request("grow", GROW_DEFAULTS, HEURISTIC_GROUPS, settings, knobs, **_run(run_dir, resume, quiet))
     return run_growth(resolve_growth(request))
 
 
@@ -59,7 +58,8 @@ def heuristic(
     **settings: Any,
 ) -> dict[str, Any]:
     """`esper heuristic`: episodes of the rule-based controller. Returns summary.json."""
-    request = python_request("heuristic", HEURISTIC_DEFAULTS, HEURISTIC_GROUPS, settings, knobs, **_run(run_dir, resume, quiet))
+    run = _run(run_dir, resume, quiet)
+    request = python_request("heuristic", HEURISTIC_DEFAULTS, HEURISTIC_GROUPS, settings, knobs, **run)
     return run_growth(resolve_growth(request))
 
 
@@ -74,7 +74,7 @@ def ppo(
     """`esper ppo`: learn a controller with PPO in this process (no `torchrun` group). `resume` is
     a checkpoint, a run directory, or "last" (with `run_dir`). Returns summary.json, whose
     `checkpoint` a later `evaluate` plays as `policy:PATH`."""
-    run = {"run_dir": None if run_dir is None else str(run_dir), "resume": None if resume is None else str(resume), "quiet": quiet}
+    run = {**_run(run_dir, False, quiet), "resume": None if resume is None else str(resume)}
     return run_ppo(resolve_ppo(python_request("ppo", PPO_DEFAULTS, PPO_GROUPS, settings, knobs, **run)))
 
 
@@ -89,9 +89,8 @@ def evaluate(
 ) -> dict[str, Any]:
     """`esper eval`: controllers compared paired on held-out seeds (`seeds="A:B"`). Returns
     eval.json: per controller its accuracies, sizes and training GFLOPs, and the paired differences."""
-    request = python_request(
-        "eval", EVAL_DEFAULTS, EVAL_GROUPS, {**settings, "controllers": list(controllers)}, knobs, **_run(run_dir, resume, quiet)
-    )
+    settings = {**settings, "controllers": list(controllers)}
+    request = python_request("eval", EVAL_DEFAULTS, EVAL_GROUPS, settings, knobs, **_run(run_dir, resume, quiet))
     return run_eval(resolve_eval(request))
 
 

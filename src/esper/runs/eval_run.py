@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import concurrent.futures.process
 import contextlib
 import dataclasses
 import functools
@@ -27,7 +28,7 @@ import os
 import signal
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from itertools import combinations
 from pathlib import Path
@@ -449,8 +450,11 @@ def make_controller(
 
 
 def ignore_interrupts() -> None:
-    """Worker processes leave Ctrl-C to the main process, which stops the evaluation cleanly."""
+    """Worker processes leave Ctrl-C and SIGTERM to the main process, which stops the evaluation
+    cleanly. Both often reach the whole process group at once (Ctrl-C in a terminal, `timeout`,
+    a scheduler ending a job); a worker killed by one broke the pool into a traceback."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 def run_one(job: EpisodeJob) -> dict[str, Any]:
@@ -507,7 +511,7 @@ def run_all(
     else:
         futures = [pool.submit(run_one, job) for job in jobs]
         done = (f.result() for f in concurrent.futures.as_completed(futures) if not f.cancelled())
-    with (run.run_dir / EPISODES_FILE).open("a", encoding="utf-8") as record:
+    with (run.run_dir / EPISODES_FILE).open("a", encoding="utf-8") as record, worker_deaths(run, results):
         for r in done:
             if played_another_policy(r, run.policy_hashes):
                 if pool is not None:
@@ -538,6 +542,20 @@ def run_all(
             f"continue with the same command and --resume last --run-dir {run.run_dir}",
         )
     return results
+
+
+@contextlib.contextmanager
+def worker_deaths(run: EvalRun, results: list[dict[str, Any]]) -> Iterator[None]:
+    """A worker process killed from outside (SIGKILL, the out-of-memory killer) breaks the pool:
+    one line saying what is saved and how to go on, not the pool's traceback."""
+    try:
+        yield
+    except concurrent.futures.process.BrokenProcessPool:
+        raise RunFailure(
+            f"a worker process died (killed from outside, or out of memory); the {len(results)} episodes "
+            f"of this phase finished before it are saved in {run.run_dir / EPISODES_FILE}; continue with "
+            f"the same command and --resume last --run-dir {run.run_dir}"
+        ) from None
 
 
 def sized_widths(run: EvalRun, results: list[dict[str, Any]]) -> dict[str, int]:

@@ -114,12 +114,6 @@ top-level keys may set them too."""
 SETTINGS = tuple(DEFAULTS)
 
 
-
-
-
-
-
-
 @dataclass
 class PPORun:
     settings: dict[str, Any]
@@ -204,10 +198,11 @@ def resolve_ppo(args: argparse.Namespace, rest: Sequence[str] = (), ctx: DistCon
         amp=amp, compile_backend="inductor" if settings["compile"] else None, cuda_graphs=settings["cuda_graphs"],
         host_width=knobs["host"].width,
     )  # fmt: skip
+    clone_flag = getattr(args, "clone_episodes", None)  # given on this command line (a Python call: a setting)
     return PPORun(
         settings, task, data, env, devices, policy_device, config, blueprints, knobs, run_dir, resume, resume_path,
         args.quiet, ctx, tracking_project(args), set_aside, restart_in_place,
-        clone_now=settings["clone_episodes"] > 0 and (resume is None or (branched and getattr(args, "clone_episodes", None) is not None)),
+        clone_now=settings["clone_episodes"] > 0 and (resume is None or (branched and clone_flag is not None)),
         clonings=past_clonings(resume or init_policy),
         init_policy=init_policy,
     )  # fmt: skip
