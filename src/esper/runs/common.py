@@ -41,8 +41,6 @@ class AlreadyFinished(Exception):
         super().__init__(f"{run_dir} has finished: {done} of {episodes} episodes; nothing to do")
 
 
-
-
 def torch_build() -> dict[str, str]:
     """The torch version and the CPU kernels it dispatched to, for a run's record. Results are
     bitwise repeatable only where both match: the CPU capability (AVX2, AVX-512, ...) changes the
@@ -180,8 +178,6 @@ def load_task_data(task: TaskSpec, data_dir: str | None) -> TaskData:
         return data.with_samples_per_epoch(n)
     except ValueError as exc:
         raise UsageError(f"host.samples_per_epoch: {exc}") from None
-
-
 
 
 def tracking_project(args: argparse.Namespace) -> str | None:

@@ -275,14 +275,6 @@ def check_knob_types(name: str, group: Group, values: dict[str, Any]) -> None:
             raise UsageError(f"[{name}] {field.name} takes {kinds}, got {value!r}")
 
 
-
-
-
-
-
-
-
-
 # --------------------------------------------------------------------------- the resolved tree
 def jsonable(value: Any) -> Any:
     """Dataclasses, enums, tuples and paths as plain JSON values (enums by name)."""

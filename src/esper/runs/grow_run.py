@@ -85,8 +85,6 @@ GROW_CONTROLLERS = (
 )
 
 
-
-
 @dataclass(frozen=True)
 class GrowthRun:
     """A `heuristic` or `grow` run: episodes of one controller, each growing a fresh host."""
