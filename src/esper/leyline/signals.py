@@ -23,14 +23,16 @@ class SlotSignals:
     blueprint: str | None
     seed_id: str | None
     contribution: float | None
-    """Validation accuracy with the seed minus with its alpha forced to 0 (points); None unless blended."""
+    """What the gates and controllers read (points; None unless blended): validation accuracy with
+    the seed minus with its alpha forced to 0, or the loss reading (`GateThresholds.keep_reading`)."""
     grad_norm: float | None
     """The seed's mean gradient norm over the epoch; None when it received no gradient."""
     param_count: int
     loss_contribution: float | None = None
     """Validation loss with the seed's alpha forced to 0 minus with the seed (nats; positive: it
-    helps); None unless blended. Continuous, so less noisy per image than `contribution`; no gate
-    or controller reads it yet (`experiments/keep-cull-reading/counterfactual_retest.py` measures its precision)."""
+    helps); None unless blended. Continuous, so less noisy per image than the accuracy reading
+    (`experiments/keep-cull-reading`); with `GateThresholds.keep_reading` "loss", `contribution`
+    is this reading in points."""
 
     @property
     def grad_vanishing(self) -> bool:
