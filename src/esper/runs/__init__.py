@@ -2,17 +2,16 @@
 and returns the summary it writes.
 
 `esper grow`, `esper heuristic`, `esper ppo` and `esper eval` parse their flags and call these; a
-script, a notebook or a test calls them directly::
+script, a notebook or a test calls them directly:
 
     import esper.runs
 
-    summary = esper.runs.ppo(episodes=4, n_envs=2, max_epochs=3, run_dir="runs/mine", quiet=True)
-    report = esper.runs.evaluate(
-        controllers=["static", f"policy:{summary['checkpoint']}"], seeds="100:102", max_epochs=3, workers=0
-    )
+    summary = esper.runs.ppo(episodes=4, n_envs=2, max_epochs=3, quiet=True)
+    policy = f"policy:{summary['checkpoint']}"
+    report = esper.runs.evaluate(["static", policy], seeds="100:102", max_epochs=3)
 
 Settings are the command's flags by their Python names (`--max-epochs` is `max_epochs`), with the
-command's defaults; knobs are one dict per group (`knobs={"ppo": {"lr": 1e-4}}`, the groups of
+command's defaults; knobs are one dict per group (`knobs={"ppo": {"learning_rate": 1e-4}}`, the groups of
 `esper ppo --help-knobs`). A task is a built-in name, or `package.module:function` returning a
 `TaskSpec` (docs/own-task.md). Bad input raises `esper.runs.common.UsageError` with the one line
 the command prints; nothing is written before it.
