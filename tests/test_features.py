@@ -13,7 +13,7 @@ from conftest import make_env
 from esper.kasmina import Topology
 from esper.leyline import Decision, LifecycleOp, SeedStage
 from esper.simic import RunningMeanStd
-from esper.tamiyo import GLOBAL_FEATURES, ObservationLayout
+from esper.tamiyo import GLOBAL_FEATURES, ObservationLayout, PolicySpaces
 
 LAYOUT = ObservationLayout(Topology.CNN, ("early", "mid", "late"))
 
@@ -91,3 +91,21 @@ def test_normalizer_round_trips_and_checks_shape() -> None:
     assert rms.normalize(torch.full((1, 3), 1e9)).max().item() == rms.clip
     with pytest.raises(ValueError, match="expected 5"):
         RunningMeanStd(5).load_state_dict(rms.state_dict())
+
+
+def test_a_policy_allowed_width_blueprints_sees_them_and_can_choose_them() -> None:
+    """Width blueprints a run allows join the blueprint head and the observation's one-hot after
+    the residual ones; without them the layout is every earlier policy's (the shipped one's)."""
+    plain = PolicySpaces.derive(Topology.CNN, ("early", "mid", "late"))
+    wide = PolicySpaces.derive(Topology.CNN, ("early", "mid", "late"), ["conv_light", "widen_25"])
+    assert plain.layout == LAYOUT and "mid.blueprint_widen_25" not in plain.layout.feature_names()
+    assert wide.actions.blueprints[-1] == "widen_25" and wide.layout.blueprints == wide.actions.blueprints
+    env = make_env(max_epochs=6)
+    env.reset(0)
+    env.step(Decision(LifecycleOp.GERMINATE, "mid", "widen_25"))
+    block = wide.layout.featurize(env.signals)[wide.layout.slot_slice("mid")].tolist()
+    mid = dict(zip(wide.layout.slot_features, block, strict=True))
+    assert mid["present"] == 1.0 and mid["blueprint_widen_25"] == 1.0
+    assert sum(v for k, v in mid.items() if k.startswith("blueprint_")) == 1.0
+    allowed = dict(zip(wide.actions.blueprints, wide.actions.blueprint_mask().tolist(), strict=True))
+    assert allowed == {b: b in ("conv_light", "widen_25") for b in wide.actions.blueprints}

@@ -11,6 +11,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 import esper.runs
 from conftest import tiny_shapes_task
+from esper.kasmina.blueprints import Topology, blueprint_names
 from esper.scripts.cli import main
 from esper.tolaria import TASKS
 
@@ -64,3 +65,17 @@ def test_the_docs_example_runs_as_printed(workdir: Path, monkeypatch, capsys) ->
     exec(compile(block, "docs/commands.md", "exec"), {})
     assert "test accuracy" in capsys.readouterr().out
     assert (workdir / "runs" / "from-python-heuristic" / "summary.json").is_file()
+
+
+@pytest.mark.slow
+def test_a_policy_trained_with_a_width_blueprint_holds_it_and_plays_in_eval(workdir: Path, monkeypatch) -> None:
+    monkeypatch.setitem(TASKS, "shapes", tiny_shapes_task())
+    blueprints = ["conv_light", "widen_25"]
+    summary = esper.runs.ppo(episodes=2, n_envs=2, max_epochs=3, blueprints=blueprints, run_dir="runs/w", quiet=True)
+    assert summary["action_heads"]["blueprint"] == len(blueprint_names(Topology.CNN)) + 1  # the residual ones, widen_25
+    assert "mid.blueprint_widen_25" in summary["observation_layout"]
+    policy = f"policy:{summary['checkpoint']}"
+    report = esper.runs.evaluate(
+        ["static", policy], seeds="100:102", max_epochs=3, workers=0, run_dir="runs/e", quiet=True
+    )
+    assert set(report["controllers"]) == {"static", policy}

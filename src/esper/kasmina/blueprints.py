@@ -358,8 +358,8 @@ WIDTH_BLUEPRINTS: dict[Topology, dict[str, WidthBlueprint]] = {
     }
     for topo in Topology
 }
-"""Width blueprints by topology. They are chosen by name (`--blueprints widen_50`); the learned
-policy's blueprint head holds the residual blueprints only until it is retrained with them."""
+"""Width blueprints by topology. They are chosen by name (`--blueprints widen_50`), for every
+controller; a learned policy's blueprint head holds those its run allowed."""
 
 AnyBlueprint = Blueprint | WidthBlueprint
 

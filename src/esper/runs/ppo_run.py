@@ -209,16 +209,10 @@ def resolve_ppo(args: argparse.Namespace, rest: Sequence[str] = (), ctx: DistCon
 
 
 def policy_blueprints(task: TaskSpec, given: Sequence[str] | None) -> tuple[str, ...]:
-    """`--blueprints`, checked to fit the learned policy's blueprint head (the residual ones)."""
-    head = blueprint_names(task.topology)
-    blueprints = resolve_blueprints(task, given, head)
-    for name in blueprints:
-        if name not in head:
-            raise UsageError(
-                f"--blueprints {name}: the learned policy's blueprint head holds the residual blueprints "
-                f"({' '.join(head)}); width blueprints are for the heuristic and random controllers"
-            )
-    return blueprints
+    """`--blueprints`: the blueprints the learned policy may choose. The default is the residual
+    ones (the head of every earlier policy); width blueprints named here join its blueprint head
+    and its observation."""
+    return resolve_blueprints(task, given, blueprint_names(task.topology))
 
 
 def resolve_init_policy(

@@ -45,7 +45,7 @@ CONTRIBUTION_SCALE = 5.0
 """Contributions (percentage points) are squashed as tanh(c / 5): a few points is a strong signal."""
 
 
-def _slot_feature_names(topology: Topology) -> tuple[str, ...]:
+def _slot_feature_names(topology: Topology, width_blueprints: tuple[str, ...] = ()) -> tuple[str, ...]:
     return (
         "present",
         *(f"stage_{s.name.lower()}" for s in SEED_STAGES),
@@ -56,7 +56,7 @@ def _slot_feature_names(topology: Topology) -> tuple[str, ...]:
         "grad_norm_log",  # log1p(norm) / 10
         "grad_vanishing",
         "grad_exploding",
-        *(f"blueprint_{b}" for b in blueprint_names(topology)),
+        *(f"blueprint_{b}" for b in (*blueprint_names(topology), *width_blueprints)),
         "param_share",  # seed params / host params
     )
 
@@ -67,10 +67,18 @@ class ObservationLayout:
 
     topology: Topology
     slot_names: tuple[str, ...]
+    width_blueprints: tuple[str, ...] = ()
+    """Width blueprints a run allows: each gets a one-hot after the residual ones, so a policy
+    sees which kind of seed a slot holds. None allowed: the layout of every earlier policy."""
 
     @property
     def slot_features(self) -> tuple[str, ...]:
-        return _slot_feature_names(self.topology)
+        return _slot_feature_names(self.topology, self.width_blueprints)
+
+    @property
+    def blueprints(self) -> tuple[str, ...]:
+        """The blueprint one-hot's order."""
+        return (*blueprint_names(self.topology), *self.width_blueprints)
 
     @property
     def obs_dim(self) -> int:
@@ -113,7 +121,7 @@ class ObservationLayout:
             math.log1p(grad) / 10.0 if grad is not None and math.isfinite(grad) else 0.0,
             float(s.grad_vanishing),
             float(s.grad_exploding),
-            *(float(s.blueprint == b) for b in blueprint_names(self.topology)),
+            *(float(s.blueprint == b) for b in self.blueprints),
             s.param_count / max(signals.host_params, 1),
         ]
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from esper.kasmina.blueprints import Topology
+from esper.kasmina.blueprints import Topology, blueprint_names
 from esper.tamiyo.actions import HEADS, ActionSpace
 from esper.tamiyo.features import ObservationLayout
 
@@ -21,9 +21,12 @@ class PolicySpaces:
 
     @staticmethod
     def derive(topology: Topology, slot_names: Sequence[str], blueprints: Sequence[str] | None = None) -> PolicySpaces:
-        """The spaces of a policy for a host's slots; `blueprints` narrows the blueprint head."""
+        """The spaces of a policy for a host's slots; `blueprints` narrows the blueprint head, and
+        the width blueprints among them join the head and the observation's blueprint one-hot."""
         slots = tuple(slot_names)
-        return PolicySpaces(ObservationLayout(topology, slots), ActionSpace(topology, slots, blueprints))
+        actions = ActionSpace(topology, slots, blueprints)
+        width = tuple(b for b in actions.blueprints if b not in blueprint_names(topology))
+        return PolicySpaces(ObservationLayout(topology, slots, width), actions)
 
     def signature(self) -> dict:
         """What a policy's weights are shaped for, as plain data: a checkpoint records it, and a
