@@ -37,8 +37,8 @@ class ActionSpace:
     @property
     def blueprints(self) -> tuple[str, ...]:
         """The blueprint head's order: every residual blueprint of the topology, then the width
-        blueprints allowed (a learned policy's run allows none: its head is the residual ones),
-        masked to the allowed ones."""
+        blueprints allowed (none by default: the head of every earlier policy), masked to the
+        allowed ones."""
         residual = blueprint_names(self.topology)
         return residual + tuple(b for b in self.allowed_blueprints or () if b not in residual)
 
