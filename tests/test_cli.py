@@ -67,7 +67,10 @@ BAD_INPUTS = {
         ["--blueprints", "widen_25", "--host.width", "1"],
         ["--blueprints widen_25", "slot 'early'", "less than one unit"],
     ),
-    "width blueprint for the policy": (["--blueprints", "conv_light", "widen_50"], ["widen_50", "policy"]),
+    "width blueprint the layer refuses, for the policy": (
+        ["--blueprints", "conv_light", "widen_25", "--host.width", "1"],
+        ["--blueprints widen_25", "slot 'early'", "less than one unit"],
+    ),
     "malformed device": (["--device", "gpu0"], ["'gpu0'", "cpu"]),
     "zero episodes": (["--episodes", "0"], ["--episodes", "0"]),
     "zero max epochs": (["--max-epochs", "0"], ["--max-epochs", "0"]),

@@ -391,7 +391,7 @@ def test_the_ablated_arm_of_a_width_seed_is_the_host_without_it() -> None:
 
 
 def test_random_controller_germinates_width_seeds_when_allowed() -> None:
-    """Its head is the residual blueprints plus the width ones a run allows; a policy's run allows none."""
+    """Its head is the residual blueprints plus the width ones a run allows (none by default)."""
     from esper.tamiyo import RandomController
     from esper.tamiyo.actions import ActionSpace
 

@@ -31,6 +31,7 @@ from esper.runs.common import (
     RunFailure,
     UsageError,
     a_run_of,
+    check_blueprints_fit,
     check_minimum,
     check_run_dir,
     load_task_data,
@@ -164,6 +165,7 @@ def resolve_ppo(args: argparse.Namespace, rest: Sequence[str] = (), ctx: DistCon
     amp = resolve_amp(settings["amp"], devices)
     slots = resolve_slots(task, settings["slots"])
     blueprints = policy_blueprints(task, settings["blueprints"])
+    check_blueprints_fit(task, knobs["host"].width, slots, blueprints)
     config = trainer_config(settings, knobs)
     spaces = PolicySpaces.derive(task.topology, task.slot_names, blueprints).signature()
     init_policy = resolve_init_policy(settings, resume, task, spaces)
