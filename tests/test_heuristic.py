@@ -146,7 +146,7 @@ def test_fossilize_respects_the_env_gate_thresholds() -> None:
     assert c.decide(signals([early, slot("mid"), slot("late")], plateau=0)).op is LifecycleOp.WAIT
     ready = dataclasses.replace(probation, contribution=2.5)
     assert c.decide(signals([ready, slot("mid"), slot("late")], plateau=0)).op is LifecycleOp.FOSSILIZE
-    assert c.epochs_to_judge_a_seed == strict.min_training_epochs + strict.blend_epochs + 3 + 1
+    assert c.epochs_to_judge("conv_light") == strict.min_training_epochs + strict.blend_epochs + 3 + 1
 
 
 def test_a_seed_germinated_at_the_horizon_can_still_be_fossilized() -> None:
@@ -159,7 +159,7 @@ def test_a_seed_germinated_at_the_horizon_can_still_be_fossilized() -> None:
         Topology.CNN, SLOTS, thresholds=env.config.thresholds, config=HeuristicConfig(fossilize_threshold=-100.0)
     )
     env.reset(0)
-    assert env.config.max_epochs - c.epochs_to_judge_a_seed == 0  # germinate at epoch 0, the horizon
+    assert env.config.max_epochs - c.epochs_to_judge("conv_light") == 0  # germinate at epoch 0, the horizon
     env.step(Decision(LifecycleOp.GERMINATE, "early", "conv_light"))
     decisions = []
     done = False
@@ -216,3 +216,20 @@ def test_the_tuned_knobs_of_a_task_are_its_heuristic_defaults(monkeypatch, tmp_p
     (tmp_path / "shapes.json").write_text(json.dumps({"heuristic": {"warmup": 1}}))
     with pytest.raises(ValueError, match="unknown heuristic knob 'warmup'"):
         heuristic.tuned_heuristic_knobs("shapes")
+
+
+def test_a_width_seed_is_germinated_as_late_as_its_own_shorter_dwell_allows() -> None:
+    """A width seed dwells 1 + 1 epochs (the width thresholds), a residual one 3 + 3: near the
+    end of an episode the heuristic still germinates a width seed it can judge in time, where it
+    would wait with a residual one. (It used the residual dwell for both.)"""
+    t = GateThresholds()
+    width = HeuristicController(Topology.CNN, SLOTS, blueprints=["widen_25"], thresholds=t)
+    residual = HeuristicController(Topology.CNN, SLOTS, blueprints=["conv_light"], thresholds=t)
+    assert width.epochs_to_judge("widen_25") == t.width_training_epochs + t.width_blend_epochs + 1 + 1 == 4
+    assert residual.epochs_to_judge("conv_light") == 8
+    late = dataclasses.replace(signals([slot("early"), slot("mid"), slot("late")], epoch=36), max_epochs=40)
+    chosen = width.decide(late)
+    assert (chosen.op, chosen.slot, chosen.blueprint) == (LifecycleOp.GERMINATE, "early", "widen_25")
+    assert residual.decide(late).op is LifecycleOp.WAIT
+    too_late = dataclasses.replace(late, epoch=37)
+    assert width.decide(too_late).op is LifecycleOp.WAIT

@@ -8,7 +8,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from esper.kasmina.blueprints import Topology, blueprint_names, get_blueprint
+from esper.kasmina.blueprints import Topology, WidthBlueprint, blueprint_names, get_blueprint
 from esper.kasmina.lifecycle import StageChange
 from esper.leyline import BlendSchedule, Decision, GateThresholds, LifecycleOp, SeedStage, TrainingSignals
 
@@ -117,6 +117,7 @@ class HeuristicController:
         self.config = config or HeuristicConfig()
         self.thresholds = thresholds or GateThresholds()
         self.enabled_slots = tuple(enabled_slots)
+        self.topology = topology
         order = self.config.blueprint_order or PREFERRED_BLUEPRINTS[topology]
         allowed = tuple(blueprints) if blueprints else blueprint_names(topology)
         for name in (*order, *allowed):
@@ -135,12 +136,14 @@ class HeuristicController:
         self.penalty = dict.fromkeys(self.rotation, 0.0)
         self._blueprint_in_slot: dict[str, str] = {}
 
-    @property
-    def epochs_to_judge_a_seed(self) -> int:
-        """Steps from a GERMINATE decision to the first FOSSILIZE decision, by the gates' dwell
-        times: the training, blending and probation epochs, plus the step whose start executes
-        the FOSSILIZE (decisions run before their epoch)."""
+    def epochs_to_judge(self, blueprint: str) -> int:
+        """Steps from a GERMINATE decision to the first FOSSILIZE decision for a seed of
+        `blueprint`, by the gates' dwell times (a width seed's own, `GateThresholds.for_width_seed`):
+        the training, blending and probation epochs, plus the step whose start executes the
+        FOSSILIZE (decisions run before their epoch)."""
         t = self.thresholds
+        if isinstance(get_blueprint(self.topology, blueprint), WidthBlueprint):
+            t = t.for_width_seed()
         return t.min_training_epochs + t.blend_epochs + t.min_probation_epochs + 1
 
     def decide(self, signals: TrainingSignals) -> Decision:
@@ -164,7 +167,6 @@ class HeuristicController:
                 return Decision(LifecycleOp.CULL, s.name, reason=f"exploding gradient {s.grad_norm}")
         ready = (
             signals.epoch >= c.warmup_epochs
-            and signals.max_epochs - signals.epoch >= self.epochs_to_judge_a_seed
             and signals.plateau_epochs >= c.plateau_patience
             and signals.epochs_since_germination >= c.germination_cooldown
             and signals.seeds_germinated < signals.max_germinations
@@ -172,8 +174,10 @@ class HeuristicController:
         empty = [s for s in slots if s.stage is SeedStage.DORMANT]
         if ready and empty:
             slot = empty[0].name
-            reason = f"plateau of {signals.plateau_epochs} epochs"
-            return Decision(LifecycleOp.GERMINATE, slot, self._choose_blueprint(slot), c.schedule, reason=reason)
+            blueprint = self._choose_blueprint(slot)
+            if signals.max_epochs - signals.epoch >= self.epochs_to_judge(blueprint):  # judged before the end
+                reason = f"plateau of {signals.plateau_epochs} epochs"
+                return Decision(LifecycleOp.GERMINATE, slot, blueprint, c.schedule, reason=reason)
         return Decision.wait()
 
     def record_step(self, decision: Decision, changes: Sequence[tuple[str, StageChange]]) -> None:
