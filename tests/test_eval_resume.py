@@ -108,7 +108,8 @@ def test_a_dead_worker_is_one_line_naming_what_is_saved(tiny_shapes, workdir: Pa
 def test_sigterm_to_the_whole_process_group_stops_eval_cleanly(tmp_path: Path) -> None:
     """`timeout`, a scheduler or Ctrl-C signal every process of the group, the workers too: the
     workers leave it to the main process, which stops after the running episodes (exit 143,
-    one line), where a killed worker used to break the pool into a traceback."""
+    one line), where a killed worker used to break the pool into a traceback. No episode waiting
+    for a worker starts after the signal."""
     run_dir = tmp_path / "run"
     argv = [sys.executable, "-m", "esper.scripts.cli", "eval", "--controllers", "static", "--seeds", "0:6"]
     argv += ["--max-epochs", "2", "--workers", "2", "--run-dir", str(run_dir)]
@@ -124,3 +125,5 @@ def test_sigterm_to_the_whole_process_group_stops_eval_cleanly(tmp_path: Path) -
     assert process.returncode == 143, err
     assert "Traceback" not in err
     assert err.strip().splitlines()[-1].startswith("esper: eval stopped with")
+    saved = len((run_dir / "episodes.jsonl").read_text().splitlines())
+    assert saved <= 3, saved  # the finished one and the two running; none of the queued ones started

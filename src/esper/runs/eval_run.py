@@ -30,7 +30,7 @@ import statistics
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from itertools import combinations
+from itertools import combinations, islice
 from pathlib import Path
 from typing import Any
 
@@ -509,14 +509,10 @@ def run_all(
     if pool is None:
         done = (episode_result(job) for job in jobs if not stop.signum)
     else:
-        futures = [pool.submit(run_one, job) for job in jobs]
-        done = (f.result() for f in concurrent.futures.as_completed(futures) if not f.cancelled())
+        done = in_flight(pool, jobs, run.workers, stop)
     with (run.run_dir / EPISODES_FILE).open("a", encoding="utf-8") as record, worker_deaths(run, results):
         for r in done:
             if played_another_policy(r, run.policy_hashes):
-                if pool is not None:
-                    for future in futures:
-                        future.cancel()
                 raise RunFailure(
                     f"{r['controller']}'s file {paths[r['controller']]} changed while the eval ran (sha256 "
                     f"{run.policy_hashes[r['controller']][:12]}... at the start, {r['policy_sha256'][:12]}... at "
@@ -531,9 +527,6 @@ def run_all(
                 f"added params {r['seed_params']:,}, {r['seconds']:.0f} s",
                 flush=True,
             )
-            if stop.signum and pool is not None:
-                for future in futures:
-                    future.cancel()  # not started: dropped; running: finished and saved
     code = stop.exit_code(SINGLE_PROCESS)
     if code:
         raise StopRequested(
@@ -542,6 +535,21 @@ def run_all(
             f"continue with the same command and --resume last --run-dir {run.run_dir}",
         )
     return results
+
+
+def in_flight(pool, jobs: list[EpisodeJob], workers: int, stop: GracefulStop) -> Iterator[dict[str, Any]]:
+    """The jobs' results as they complete, with at most `workers` submitted at a time, so that
+    after a signal only the episodes running finish: a pool given every job at once starts the
+    ones queued for its workers too (5 more episodes ran after a Ctrl-C)."""
+    waiting = iter(jobs)
+    running = {pool.submit(run_one, job) for job in islice(waiting, workers)}
+    while running:
+        finished, running = concurrent.futures.wait(running, return_when=concurrent.futures.FIRST_COMPLETED)
+        for future in finished:
+            yield future.result()
+            job = None if stop.signum else next(waiting, None)
+            if job is not None:
+                running.add(pool.submit(run_one, job))
 
 
 @contextlib.contextmanager
