@@ -21,7 +21,7 @@ from esper.nissa import ConsoleBackend, JsonlBackend, TelemetryHub
 from esper.nissa.telemetry import ROUND_METRICS, Backend, Event
 from esper.nissa.tensorboard import TensorBoardBackend
 from esper.nissa.wandb import INSTALL_HINT, WandbBackend, wandb_available
-from esper.tolaria import DatasetError, DeviceError, TaskSpec, get_task, resolve_device
+from esper.tolaria import DatasetError, DeviceError, TaskSpec, get_task, resolve_device, use_deterministic_kernels
 from esper.tolaria.datasets import TaskData
 
 
@@ -118,6 +118,12 @@ def resolve_device_arg(spec: str) -> torch.device:
         return resolve_device(spec)
     except DeviceError as exc:
         raise UsageError(str(exc)) from None
+
+
+def apply_deterministic(settings: dict[str, Any]) -> None:
+    """`--deterministic` (None or False: off): torch's deterministic kernels in this process."""
+    if settings.get("deterministic"):
+        use_deterministic_kernels()
 
 
 def resolve_slots(task: TaskSpec, names: Sequence[str] | None) -> tuple[str, ...]:

@@ -46,6 +46,7 @@ from esper.runs.common import (
     MAX_RNG_SEED,
     RunFailure,
     UsageError,
+    apply_deterministic,
     check_blueprints_fit,
     check_minimum,
     check_run_dir,
@@ -84,7 +85,7 @@ from esper.tamiyo import (
     trained_policy_path,
 )
 from esper.tamiyo.diagnostics import DecisionDiagnostics
-from esper.tolaria import EnvConfig, GovernorConfig, MorphogeneticEnv, TaskSpec, get_task
+from esper.tolaria import EnvConfig, GovernorConfig, MorphogeneticEnv, TaskSpec, get_task, use_deterministic_kernels
 from esper.tolaria.compute import width_for_train_gflops
 from esper.tolaria.episode import Controller, run_episode
 
@@ -108,6 +109,7 @@ EVAL_DEFAULTS: dict[str, Any] = {
     "data_dir": None,
     "workers": None,
     "sample": False,
+    "deterministic": None,  # off; None, not False, so an eval recorded before the flag resumes
 }
 RUN_FILES = ("eval.json", "config.json", "tensorboard", "episodes.jsonl")
 EPISODES_FILE = "episodes.jsonl"
@@ -332,6 +334,7 @@ def resolve_eval(args: argparse.Namespace, rest: Sequence[str] = ()) -> EvalRun:
     else:
         check_run_dir(run_dir, RUN_FILES)
     load_task_data(task, settings["data_dir"])  # a missing or corrupt dataset fails here, before any episode
+    apply_deterministic(settings)
     env = EnvConfig(
         task=task,
         device=resolve_device_arg(settings["device"]),
@@ -447,6 +450,13 @@ def make_controller(
         )
     assert spec.path is not None
     return PolicyController.from_checkpoint(spec.path, greedy=not sample, rng_seed=rng_seed)
+
+
+def start_worker(deterministic: bool) -> None:
+    """A worker process runs the eval's kernels (`--deterministic`) and ignores interrupts."""
+    if deterministic:
+        use_deterministic_kernels()
+    ignore_interrupts()
 
 
 def ignore_interrupts() -> None:
@@ -683,7 +693,12 @@ def run_eval(run: EvalRun) -> dict[str, Any]:
         print(f"resuming: {len(run.finished)} episode(s) already in {run.run_dir / EPISODES_FILE}", flush=True)
     context = multiprocessing.get_context("spawn")
     workers = (
-        concurrent.futures.ProcessPoolExecutor(run.workers, mp_context=context, initializer=ignore_interrupts)
+        concurrent.futures.ProcessPoolExecutor(
+            run.workers,
+            mp_context=context,
+            initializer=start_worker,
+            initargs=(bool(run.config["settings"].get("deterministic")),),
+        )
         if run.workers
         else None
     )

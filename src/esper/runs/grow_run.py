@@ -21,6 +21,7 @@ from esper.runs.common import (
     MAX_RNG_SEED,
     AlreadyFinished,
     UsageError,
+    apply_deterministic,
     check_blueprints_fit,
     check_minimum,
     check_run_dir,
@@ -75,6 +76,7 @@ HEURISTIC_DEFAULTS: dict[str, Any] = {
     "device": "cpu",
     "seed": 0,
     "data_dir": None,
+    "deterministic": None,  # off; None, not False, so a run recorded before the flag resumes
 }
 """Settings of a heuristic run, by flag name; a config file's top-level keys may set them too."""
 
@@ -127,6 +129,7 @@ def resolve_growth(args: argparse.Namespace, rest: Sequence[str] = ()) -> Growth
     max_epochs = task.max_epochs if settings["max_epochs"] is None else settings["max_epochs"]
     check_minimum("--max-epochs", max_epochs, 1)
     device = resolve_device_arg(settings["device"])
+    apply_deterministic(settings)
     slots = resolve_slots(task, settings["slots"])
     blueprints = resolve_heuristic_blueprints(task, knobs["heuristic"], settings["blueprints"])
     check_blueprints_fit(task, knobs["host"].width, slots, blueprints)

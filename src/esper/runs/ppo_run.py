@@ -31,6 +31,7 @@ from esper.runs.common import (
     RunFailure,
     UsageError,
     a_run_of,
+    apply_deterministic,
     check_blueprints_fit,
     check_minimum,
     check_run_dir,
@@ -100,6 +101,7 @@ DEFAULTS: dict[str, Any] = {
     "amp": None,
     "compile": False,
     "cuda_graphs": True,
+    "deterministic": None,  # off; None, not False, so a checkpoint saved before the flag resumes
     "clone_episodes": 0,
     "clone_steps": 300,
     "clone_lr": 1e-3,
@@ -393,6 +395,7 @@ def check_counts(settings: dict[str, Any]) -> None:
 def resolve_devices(settings: dict[str, Any], ctx: DistContext) -> tuple[torch.device, list[torch.device]]:
     """The policy's device and the envs' devices. Under `torchrun` a CUDA `--device` means each
     rank's own GPU (`cuda:LOCAL_RANK`)."""
+    apply_deterministic(settings)
     policy_device = resolve_device_arg(settings["device"])
     if ctx.enabled and policy_device.type == "cuda":
         policy_device = resolve_device_arg(f"cuda:{ctx.local_rank}")

@@ -109,6 +109,10 @@ def resolve(args: argparse.Namespace, rest: Sequence[str], ctx: DistContext) -> 
     return resolve_growth(args, rest), run_growth
 
 
+DETERMINISM_REFUSAL = "does not have a deterministic implementation"
+"""torch's words when `--deterministic` meets an op with no deterministic kernel."""
+
+
 def failure_exit_code(exc: BaseException, is_main: bool) -> int | None:
     """The one line and exit code for a run that failed or was stopped; None: not ours to
     report (a bug), re-raised with its traceback."""
@@ -118,6 +122,10 @@ def failure_exit_code(exc: BaseException, is_main: bool) -> int | None:
     if isinstance(exc, RunFailure | TelemetryError):
         if is_main or isinstance(exc, TelemetryError):
             print(f"esper: error: {exc}", file=sys.stderr)
+        return 1
+    if isinstance(exc, RuntimeError) and DETERMINISM_REFUSAL in str(exc):
+        first = str(exc).strip().splitlines()[0]
+        print(f"esper: error: --deterministic: {first}; run without --deterministic", file=sys.stderr)
         return 1
     if isinstance(exc, StopRequested):
         if is_main:

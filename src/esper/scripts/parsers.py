@@ -102,6 +102,13 @@ def add_command(
         parser.add_argument(
             "--seed", type=int, help="random seed of the run; episode e trains with seed S + e (default 0)"
         )
+    parser.add_argument(
+        "--deterministic",
+        action="store_true",
+        default=None,
+        help="CUDA: torch's deterministic kernels, so a seed's run repeats bit for bit on one GPU and torch build "
+        "(default off: cuDNN's fastest kernels, whose runs differ; a CPU run repeats either way)",
+    )
     parser.add_argument("--data-dir", help="folder of a real dataset (cifar10, textfile); else $ESPER_DATA_DIR")
     parser.add_argument("--config", help="a TOML, YAML or JSON file of settings and [group] tables of knobs")
     parser.add_argument("--run-dir", help=f"where the run is written (default runs/<time>-{name}-<task>)")

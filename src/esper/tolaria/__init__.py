@@ -6,7 +6,7 @@ its last healthy epoch on NaN or a loss blow-up.
 """
 
 from esper.tolaria.datasets import DatasetError, ImageData, TokenData
-from esper.tolaria.devices import DeviceError, available_devices, resolve_device
+from esper.tolaria.devices import DeviceError, available_devices, resolve_device, use_deterministic_kernels
 from esper.tolaria.environment import EnvConfig, MorphogeneticEnv, StepResult
 from esper.tolaria.episode import Controller, EpisodeOutcome, run_episode
 from esper.tolaria.governor import Governor, GovernorConfig
@@ -34,4 +34,5 @@ __all__ = [
     "get_task",
     "resolve_device",
     "run_episode",
+    "use_deterministic_kernels",
 ]

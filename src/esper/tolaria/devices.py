@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import os
+
 import torch
+
+CUBLAS_WORKSPACE = ":4096:8"
+"""cuBLAS's workspace setting for repeatable results (NVIDIA's cuBLAS notes): without it, torch's
+deterministic mode refuses every cuBLAS matrix product."""
 
 
 class DeviceError(ValueError):
@@ -42,3 +48,15 @@ def resolve_device(spec: str) -> torch.device:
     if device.type == "mps" and "mps" in available:
         return device
     raise DeviceError(f"device {spec!r} is not available; available devices: {' '.join(available)}")
+
+
+def use_deterministic_kernels() -> None:
+    """`--deterministic`: this process runs torch's deterministic kernels (cuDNN's and cuBLAS's
+    among them), so a CUDA run repeats bit for bit on one GPU and torch build. By default a CUDA
+    run does not repeat: cuDNN's fastest backward convolutions add in an unordered way. An op
+    with no deterministic kernel raises torch's error rather than run unrepeatably. Called before
+    the process's first CUDA matrix product, since cuBLAS reads its workspace setting then."""
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)
+    torch.use_deterministic_algorithms(True)
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.benchmark = False
