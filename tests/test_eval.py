@@ -9,6 +9,7 @@ import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+import esper.runs.eval_run as eval_run
 from conftest import tiny_shapes_data, tiny_shapes_task
 from esper.runs.eval_run import ControllerSpec, pairs
 from esper.scripts.cli import main
@@ -325,3 +326,23 @@ def test_blueprints_restricts_what_the_heuristic_and_random_grow(workdir: Path, 
     for name in ("heuristic", "random"):
         grown = [record["blueprint"] for episode in report["controllers"][name]["grown_seeds"] for record in episode]
         assert grown and set(grown) == {"depthwise"}, (name, grown)
+
+
+@pytest.mark.parametrize("widths", [{"matched": 9, "compute": 9}, {"matched": 9, "compute": 10}])
+def test_compute_at_matched_width_takes_its_episodes(widths: dict[str, int], monkeypatch, capsys) -> None:
+    """A static host of one width and seed is one run: the eval of seeds 200..219 ran width 9
+    twice, once as `matched` and once as `compute`."""
+    ran: list[list[str]] = []
+
+    def fake_run_all(run, pool, specs, widths, stop) -> list[dict]:
+        ran.append([s.name for s in specs])
+        return [{"controller": s.name, "seed": seed, "test_accuracy": float(seed)} for s in specs for seed in (0, 1)]
+
+    monkeypatch.setattr(eval_run, "run_all", fake_run_all)
+    specs = [ControllerSpec("matched", "matched"), ControllerSpec("compute", "compute")]
+    results = eval_run.run_sized(None, None, specs, widths, None)
+    shared = widths["matched"] == widths["compute"]
+    assert ran == ([["matched"]] if shared else [["matched", "compute"]])
+    every = [(name, seed) for name in ("compute", "matched") for seed in (0, 1)]
+    assert sorted((r["controller"], r["seed"]) for r in results) == every
+    assert ("the episodes of matched" in capsys.readouterr().out) is shared

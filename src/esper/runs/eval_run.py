@@ -547,6 +547,23 @@ def run_all(
     return results
 
 
+def run_sized(
+    run: EvalRun, pool, specs: list[ControllerSpec], widths: dict[str, int], stop: GracefulStop
+) -> list[dict[str, Any]]:
+    """The sized statics' episodes, each width once: a static host of one width and seed is one
+    run, so `compute` at `matched`'s width takes `matched`'s episodes (it ran them twice)."""
+    first: dict[int, ControllerSpec] = {}
+    for spec in specs:
+        first.setdefault(widths[spec.kind], spec)
+    results = run_all(run, pool, list(first.values()), widths, stop)
+    for spec in specs:
+        owner = first[widths[spec.kind]]
+        if owner is not spec:
+            print(f"  {spec.name}: the episodes of {owner.name}, a static host of the same width", flush=True)
+            results += [{**r, "controller": spec.name} for r in results if r["controller"] == owner.name]
+    return results
+
+
 def in_flight(pool, jobs: list[EpisodeJob], workers: int, stop: GracefulStop) -> Iterator[dict[str, Any]]:
     """The jobs' results as they complete, with at most `workers` submitted at a time, so that
     after a signal only the episodes running finish: a pool given every job at once starts the
@@ -709,7 +726,7 @@ def run_eval(run: EvalRun) -> dict[str, Any]:
             print(f"  {kind}: a static host of width {width} (default {run.task.host_width})", flush=True)
         sized = [s for s in run.controllers if s.kind in SIZED_STATICS]
         if sized:
-            results += run_all(run, pool, sized, widths, stop)
+            results += run_sized(run, pool, sized, widths, stop)
     report = comparison(run, results, widths)
     report.update(torch_build())
     write_json_atomic(run.run_dir / "eval.json", report)
