@@ -126,4 +126,6 @@ def test_sigterm_to_the_whole_process_group_stops_eval_cleanly(tmp_path: Path) -
     assert "Traceback" not in err
     assert err.strip().splitlines()[-1].startswith("esper: eval stopped with")
     saved = len((run_dir / "episodes.jsonl").read_text().splitlines())
-    assert saved <= 3, saved  # the finished one and the two running; none of the queued ones started
+    # Before the signal one episode finished, or two together (each then handed its worker the
+    # next); after it the two running finish and none of the queued ones starts (all 6 did once).
+    assert saved <= 4, saved
