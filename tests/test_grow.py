@@ -145,3 +145,40 @@ def test_a_bad_blueprint_order_is_one_line_and_writes_nothing(tiny_shapes, workd
     check_usage_error(capsys, ["grow", "--heuristic.blueprint_order", "[nope]", "--run-dir", str(run_dir)], "'nope'")
     check_usage_error(capsys, ["grow", "--controller", f"heuristic:{knobs}", "--run-dir", str(run_dir)], "'nope'")
     assert not run_dir.exists()
+
+
+class _Terminal:
+    """A stderr that says a person is watching it."""
+
+    def isatty(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+def test_the_progress_bar_shows_only_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    from esper.runs.common import progress_bar
+
+    monkeypatch.setattr("sys.stderr", _Terminal())
+    with progress_bar(3, "epoch", quiet=False) as bar:
+        assert not bar.disable
+    with progress_bar(3, "epoch", quiet=True) as bar:
+        assert bar.disable
+    monkeypatch.undo()
+    with progress_bar(3, "epoch", quiet=False) as bar:  # pytest's captured stderr is a file
+        assert bar.disable
+
+
+def test_a_grow_run_redirected_to_a_file_writes_no_bar_redraws(
+    tiny_shapes, workdir: Path, tmp_path: Path, capsys
+) -> None:
+    """Its log holds the epoch lines and no carriage-return redraws between them."""
+    run_dir = tmp_path / "logged"
+    assert main(["grow", "--controller", "static", "--max-epochs", "2", "--run-dir", str(run_dir)]) == 0
+    captured = capsys.readouterr()
+    assert "\r" not in captured.err and "epoch/s" not in captured.err
+    assert "epoch" in captured.out

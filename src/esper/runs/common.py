@@ -7,11 +7,13 @@ import argparse
 import json
 import os
 import shutil
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
+from tqdm import tqdm
 
 from esper.karn.rundir import read_jsonl, recorded_command
 from esper.kasmina import MorphogeneticModel
@@ -124,6 +126,12 @@ def apply_deterministic(settings: dict[str, Any]) -> None:
     """`--deterministic` (None or False: off): torch's deterministic kernels in this process."""
     if settings.get("deterministic"):
         use_deterministic_kernels()
+
+
+def progress_bar(total: int, unit: str, quiet: bool) -> tqdm:
+    """A live bar on stderr only where a person watches it: redirected to a file, its redraws
+    would interleave with the per-epoch and per-round lines that already report progress there."""
+    return tqdm(total=total, unit=unit, disable=quiet or not sys.stderr.isatty(), file=sys.stderr, dynamic_ncols=True)
 
 
 def resolve_slots(task: TaskSpec, names: Sequence[str] | None) -> tuple[str, ...]:

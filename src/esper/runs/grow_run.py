@@ -27,6 +27,7 @@ from esper.runs.common import (
     check_run_dir,
     check_same_run,
     load_task_data,
+    progress_bar,
     resolve_device_arg,
     resolve_slots,
     resolve_task,
@@ -251,7 +252,7 @@ def run_growth(run: GrowthRun) -> dict:
     if start or (run.run_dir / "events.jsonl").exists():
         keep_events_before(run.run_dir / "events.jsonl", start)  # an unfinished episode is run again
     total = (run.episodes - start) * run.env.max_epochs
-    bar = tqdm(total=total, unit="epoch", disable=run.quiet, file=sys.stderr, dynamic_ncols=True)
+    bar = progress_bar(total, "epoch", run.quiet)
     hub = run_telemetry(
         run.run_dir,
         run.config,

@@ -36,6 +36,7 @@ from esper.runs.common import (
     check_minimum,
     check_run_dir,
     load_task_data,
+    progress_bar,
     resolve_blueprints,
     resolve_device_arg,
     resolve_slots,
@@ -595,7 +596,7 @@ def run_ppo(run: PPORun) -> dict[str, Any]:
             print(start_line(run, envs, learner, remaining), flush=True)
         last_row = last_metrics_row(run.run_dir) if remaining == 0 else {}
         total = remaining * run.env.max_epochs
-        bar = tqdm(total=total, unit="step", disable=quiet, file=sys.stderr, dynamic_ncols=True)
+        bar = progress_bar(total, "step", quiet)
         with bar, GracefulStop("this round is finished and checkpointed") as stop:
             while learner.episodes_done < run.config.episodes and not stop_code:
                 last_row = run_round(envs, learner, on_step=lambda n: bar.update(n * run.ctx.world_size))
