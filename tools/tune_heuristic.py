@@ -18,8 +18,14 @@ Writes the whole search (every candidate, every seed) as JSON to `--out`, prints
 and with `--write-default` stores the winner as the task's tuned heuristic
 (`src/esper/tamiyo/tuned/<task>.json`), which every command then uses as the heuristic's defaults.
 
+`--blueprints` names the blueprints the rotations are drawn from, first preferred (default: the
+topology's residual blueprints, most parameters first); naming width blueprints (`widen_25
+widen_50 conv_heavy ...`) lets the search choose to grow width first. Every slot must take each
+one; a name the topology or a slot refuses is one line, exit code 2.
+
 Usage: python tools/tune_heuristic.py [--task shapes] [--seeds 100:102] [--confirm-seeds 102:106]
-       [--candidates 14] [--finalists 4] [--workers 2] [--out FILE] [--write-default]
+       [--candidates 14] [--finalists 4] [--blueprints NAME ...] [--workers 2] [--out FILE]
+       [--write-default]
 """
 
 from __future__ import annotations
@@ -40,13 +46,13 @@ from typing import Any
 import torch
 
 from esper.karn import estimate
-from esper.runs.common import torch_build
+from esper.runs.common import UsageError, check_blueprints_fit, resolve_blueprints, resolve_task, torch_build
 from esper.runs.config import jsonable
 from esper.runs.grow_run import DEFAULT_MAX_GERMINATIONS
 from esper.simic.rewards import RewardConfig
 from esper.tamiyo import PREFERRED_BLUEPRINTS, HeuristicConfig, HeuristicController
 from esper.tamiyo.heuristic import TUNED_DIR
-from esper.tolaria import EnvConfig, MorphogeneticEnv, get_task
+from esper.tolaria import EnvConfig, MorphogeneticEnv, TaskSpec, get_task
 from esper.tolaria.episode import run_episode
 
 
@@ -141,9 +147,12 @@ def ranking(rows: list[dict], n: int) -> list[dict[str, Any]]:
 
 def parse_seeds(spec: str) -> list[int]:
     start, _, stop = spec.partition(":")
-    seeds = list(range(int(start), int(stop)))
+    try:
+        seeds = list(range(int(start), int(stop)))
+    except ValueError:
+        seeds = []
     if not seeds:
-        raise SystemExit(f"tune_heuristic: empty seed range {spec!r}")
+        raise UsageError(f"empty seed range {spec!r}: give A:B with A < B")
     return seeds
 
 
@@ -152,7 +161,25 @@ def spread(std: float | None) -> str:
     return "-" if std is None else f"{std:.2f}"
 
 
+def preferred_blueprints(task: TaskSpec, names: list[str] | None) -> tuple[str, ...]:
+    """The blueprints the search draws rotations from, first preferred; each checked against
+    the topology and every slot (a `UsageError` naming the bad one)."""
+    preferred = resolve_blueprints(task, names, PREFERRED_BLUEPRINTS[task.topology])
+    if len(set(preferred)) != len(preferred):
+        raise UsageError(f"--blueprints {' '.join(preferred)}: a blueprint is named twice")
+    check_blueprints_fit(task, None, task.slot_names, preferred, flag="--blueprints")
+    return preferred
+
+
 def main() -> None:
+    try:
+        search(sys.argv[1:])
+    except UsageError as exc:
+        print(f"tune_heuristic: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def search(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--task", default="shapes")
     parser.add_argument("--seeds", default="100:102", help="stage-1 seeds, A:B")
@@ -161,14 +188,17 @@ def main() -> None:
     parser.add_argument("--finalists", type=int, default=4)
     parser.add_argument("--max-epochs", type=int, default=None)
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    parser.add_argument(
+        "--blueprints", nargs="+", metavar="NAME", help="rotations drawn from these, first preferred (default residual)"
+    )
     parser.add_argument("--search-seed", type=int, default=0, help="seed of the random draws")
     parser.add_argument("--out", default=None, help="default: tools/results/tune_heuristic_<task>.json")
     parser.add_argument("--write-default", action="store_true", help="store the winner as the task's tuned heuristic")
-    args = parser.parse_args()
-    task = get_task(args.task)
+    args = parser.parse_args(argv)
+    task = resolve_task(args.task)
     epochs = args.max_epochs or task.max_epochs
     seeds, confirm = parse_seeds(args.seeds), parse_seeds(args.confirm_seeds)
-    preferred = PREFERRED_BLUEPRINTS[task.topology]
+    preferred = preferred_blueprints(task, args.blueprints)
     knobs = candidates(args.candidates, preferred, random.Random(args.search_seed))
     start = time.perf_counter()
     context = multiprocessing.get_context("spawn")
@@ -186,6 +216,7 @@ def main() -> None:
         "objective": f"selection accuracy - {RewardConfig().param_price} x seed params / host params",
         "seeds": seeds,
         "confirm_seeds": confirm,
+        "blueprints": list(preferred),
         "candidates": knobs,
         "ranking": table,
         "episodes": sorted(rows, key=lambda r: (r["candidate"], r["seed"])),
@@ -206,7 +237,7 @@ def main() -> None:
         )
     if args.write_default:
         TUNED_DIR.mkdir(exist_ok=True)
-        command = "python tools/tune_heuristic.py " + " ".join(sys.argv[1:])
+        command = "python tools/tune_heuristic.py " + " ".join(argv)
         tuned = {"task": task.name, "heuristic": knobs[best], "search": {"command": command, "report": str(out)}}
         (TUNED_DIR / f"{task.name}.json").write_text(json.dumps(tuned, indent=1) + "\n", encoding="utf-8")
         print(f"tuned heuristic for {task.name} written to {TUNED_DIR / f'{task.name}.json'}")
