@@ -102,3 +102,23 @@ def test_an_arm_runs_under_the_gate_thresholds_its_name_carries() -> None:
     assert (fast.env_fields["thresholds"].min_training_epochs, fast.env_fields["thresholds"].blend_epochs) == (1, 2)
     assert plain.env_fields["thresholds"] == frontier.GateThresholds()
     assert fast.spec == plain.spec
+
+
+repeat_held = load_benchmark("repeat_held", EXPERIMENTS / "growth-frontier")
+
+
+def test_a_repeated_episode_is_the_same_only_if_every_compared_value_is() -> None:
+    held = rows("naive", 4, 200, 15.0, [63.0])[0]
+    assert repeat_held.compared(held, dict(held, code="new"))["same"]
+    assert not repeat_held.compared(held, dict(held, train_gflops=15.5))["same"]
+    assert not repeat_held.compared(held, dict(held, test_accuracy=63.01))["same"]
+
+
+def test_repeat_held_refuses_an_episode_it_does_not_hold(tmp_path: Path, capsys) -> None:
+    held = rows("static", 4, 100, 10.0, [50.0])
+    (tmp_path / "episodes.jsonl").write_text("".join(json.dumps(r) + "\n" for r in held))
+    assert repeat_held.main(["--arms", "static", "naive", "--seed", "0", "--out-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "'naive'" in err[0] and "seed 0" in err[0]
+    assert repeat_held.main(["--out-dir", str(tmp_path / "none")]) == 2
+    assert [p.name for p in tmp_path.iterdir()] == ["episodes.jsonl"]  # nothing written
