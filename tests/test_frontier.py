@@ -104,6 +104,37 @@ def test_an_arm_runs_under_the_gate_thresholds_its_name_carries() -> None:
     assert fast.spec == plain.spec
 
 
+def test_a_heuristic_arm_records_its_knobs_and_runs_with_them() -> None:
+    task = frontier.get_task("shapes")
+    plain, width = frontier.arm_heuristic(task, "heuristic"), frontier.arm_heuristic(task, "heuristic+width")
+    assert frontier.arm_heuristic(task, "naive") is None and frontier.arm_heuristic(task, "static") is None
+    assert width.blueprint_order[:2] == frontier.WIDTH_FIRST and plain.blueprint_order[:1] != ("widen_25",)
+    assert frontier.job(task, frontier.Arm("heuristic+width", 8), 200, 40).heuristic == width
+    result = {"seed": 0, "test_accuracy": 60.0, "test_loss": 1.0, "host_params": 10, "seed_params": 0,
+              "train_gflops": 1.0, "measure_gflops": 0.1, "seconds": 1.0, "grown_seeds": []}  # fmt: skip
+    row = frontier.row_of(frontier.Arm("heuristic+width", 8), result, "test", width)
+    assert row["heuristic"]["blueprint_order"][:2] == list(frontier.WIDTH_FIRST)
+    assert frontier.row_of(frontier.Arm("static", 8), result, "test", None)["heuristic"] is None
+
+
+def test_held_heuristic_episodes_of_other_knobs_are_refused(tmp_path: Path, capsys) -> None:
+    """A heuristic tuned again must not be paired with its old knobs' episodes: one line, exit 2."""
+    task = frontier.get_task("shapes")
+    today = frontier.jsonable(frontier.arm_heuristic(task, "heuristic"))
+    held = rows("heuristic", 8, 200, 15.0, [63.0, 64.0])
+    held[0]["heuristic"] = today
+    held[1]["heuristic"] = dict(today, warmup_epochs=today["warmup_epochs"] + 1)
+    log = tmp_path / "episodes.jsonl"
+    log.write_text("".join(json.dumps(r) + "\n" for r in held))
+    frontier.check_held_knobs(task, held[:1], [frontier.Arm("heuristic", 8)], log)  # today's knobs: reused
+    before = log.read_text()
+    argv = ["--seeds", "0:2", "--widths", "2:4", "--start-widths", "8", "--arms", "heuristic"]
+    assert frontier.main([*argv, "--out-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and "1 held episodes of arm 'heuristic'" in err[0] and "other heuristic knobs" in err[0]
+    assert log.read_text() == before and sorted(p.name for p in tmp_path.iterdir()) == ["episodes.jsonl"]
+
+
 repeat_held = load_benchmark("repeat_held", EXPERIMENTS / "growth-frontier")
 
 

@@ -22,7 +22,9 @@ the static width of the sweep nearest its final size and the one nearest its tra
 
 Episodes run in worker processes of one thread each, through `esper eval`'s own episode path,
 and each is appended to `<out-dir>/episodes.jsonl` as it ends: run the same command again to
-continue a stopped frontier, or with more seeds to extend it (the episodes held are reused).
+continue a stopped frontier, or with more seeds to extend it (the episodes held are reused). A
+heuristic arm's episodes record its knobs: held ones of other knobs (the heuristic tuned again
+since) are refused, not mixed in. `repeat_held.py` checks that new code repeats held episodes.
 Writes `<out-dir>/frontier_seedsA-B.json` and `.png` for the seeds asked for. The default
 `<out-dir>` is `experiments/growth-frontier/results/<task>`.
 
@@ -54,10 +56,10 @@ from esper.karn.rundir import read_jsonl
 from esper.kasmina import Topology
 from esper.leyline import GateThresholds
 from esper.runs.common import UsageError, torch_build
-from esper.runs.config import HostTraining
+from esper.runs.config import HostTraining, jsonable
 from esper.runs.eval_run import ControllerSpec, EpisodeJob, naive_schedule, parse_seeds, run_one
 from esper.runs.grow_run import DEFAULT_MAX_GERMINATIONS
-from esper.tamiyo import PREFERRED_BLUEPRINTS, trained_policy_path, tuned_heuristic
+from esper.tamiyo import PREFERRED_BLUEPRINTS, HeuristicConfig, trained_policy_path, tuned_heuristic
 from esper.tolaria import TASKS, EnvConfig, TaskSpec, get_task
 
 RESULTS = Path(__file__).parent / "results"
@@ -101,9 +103,22 @@ def gate_thresholds(arm_name: str) -> GateThresholds:
         raise UsageError(f"--arms {arm_name!r}: {exc}") from None
 
 
+def arm_heuristic(task: TaskSpec, arm_name: str) -> HeuristicConfig | None:
+    """The knobs a heuristic arm runs with (None for the other arms): the task's tuned heuristic,
+    with the width blueprints first for `heuristic+width`."""
+    name = arm_name.partition("~")[0]
+    if name not in ("heuristic", "heuristic+width"):
+        return None
+    heuristic = tuned_heuristic(task.name)
+    if name == "heuristic+width":
+        residual = heuristic.blueprint_order or PREFERRED_BLUEPRINTS[task.topology]
+        heuristic = dataclasses.replace(heuristic, blueprint_order=(*WIDTH_FIRST, *residual))
+    return heuristic
+
+
 def job(task: TaskSpec, arm: Arm, seed: int, epochs: int) -> EpisodeJob:
     """The episode `esper eval` would run for this arm and seed."""
-    heuristic = tuned_heuristic(task.name)
+    heuristic = arm_heuristic(task, arm.name) or tuned_heuristic(task.name)
     blueprints = None
     name = arm.name.partition("~")[0]
     spec = ControllerSpec(name, "static")
@@ -111,8 +126,6 @@ def job(task: TaskSpec, arm: Arm, seed: int, epochs: int) -> EpisodeJob:
         spec = ControllerSpec("heuristic", "heuristic")
     elif name == "heuristic+width":
         spec = ControllerSpec("heuristic", "heuristic")
-        residual = heuristic.blueprint_order or PREFERRED_BLUEPRINTS[task.topology]
-        heuristic = dataclasses.replace(heuristic, blueprint_order=(*WIDTH_FIRST, *residual))
         blueprints = heuristic.blueprint_order
     elif name.partition(":")[0] == "naive":
         naive = NAIVE if name == "naive" else name
@@ -153,7 +166,9 @@ def code_version() -> str:
     return found.stdout.strip()
 
 
-def row_of(arm: Arm, result: dict[str, Any], version: str) -> dict[str, Any]:
+def row_of(arm: Arm, result: dict[str, Any], version: str, heuristic: HeuristicConfig | None) -> dict[str, Any]:
+    """An episode's line in `episodes.jsonl`; a heuristic arm's carries its knobs, so episodes of
+    other knobs (a heuristic tuned again) are never taken for today's (`check_held_knobs`)."""
     return {
         "code": version,
         "arm": arm.name,
@@ -166,13 +181,31 @@ def row_of(arm: Arm, result: dict[str, Any], version: str) -> dict[str, Any]:
         "measure_gflops": result["measure_gflops"],
         "seconds": result["seconds"],
         "kept": [f"{s['slot']}:{s['blueprint']}" for s in result["grown_seeds"] if s["final_stage"] == "FOSSILIZED"],
+        "heuristic": None if heuristic is None else jsonable(heuristic),
     }
+
+
+def check_held_knobs(task: TaskSpec, rows: list[dict[str, Any]], arms: list[Arm], log: Path) -> None:
+    """Held episodes of a heuristic arm must have run with the knobs it runs with today; a
+    `UsageError` otherwise (the frontier would pair old knobs' episodes with new ones)."""
+    for name in sorted({a.name for a in arms}):
+        knobs = arm_heuristic(task, name)
+        if knobs is None:
+            continue
+        today = jsonable(knobs)
+        other = [r for r in rows if r["arm"] == name and r.get("heuristic") != today]
+        if other:
+            raise UsageError(
+                f"{len(other)} held episodes of arm {name!r} in {log} ran with other heuristic knobs than "
+                f"today's ({other[0].get('heuristic')} against {today}); move them aside, or give another --out-dir"
+            )
 
 
 def run_episodes(task: TaskSpec, arms: list[Arm], seeds: list[int], epochs: int, workers: int, out: Path) -> list[dict]:
     """Every (arm, seed) episode not yet in `out/episodes.jsonl`, appended there as each ends."""
     log = out / "episodes.jsonl"
     rows = read_jsonl(log) if log.exists() else []
+    check_held_knobs(task, rows, arms, log)
     done = {(r["arm"], r["start_width"], r["seed"]) for r in rows}
     todo = [(a, s) for a in arms for s in seeds if (a.name, a.width, s) not in done]
     print(f"frontier: {len(rows)} episodes held, {len(todo)} to run, {workers} workers", file=sys.stderr, flush=True)
@@ -180,7 +213,8 @@ def run_episodes(task: TaskSpec, arms: list[Arm], seeds: list[int], epochs: int,
     with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool, log.open("a") as sink:
         futures = {pool.submit(run_one, job(task, arm, seed, epochs)): arm for arm, seed in todo}
         for future in concurrent.futures.as_completed(futures):
-            row = row_of(futures[future], future.result(), version)
+            arm = futures[future]
+            row = row_of(arm, future.result(), version, arm_heuristic(task, arm.name))
             sink.write(json.dumps(row) + "\n")
             sink.flush()
             rows.append(row)
@@ -396,12 +430,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         task, arms, widths, seeds, epochs, out = resolve(args)
+        out.mkdir(parents=True, exist_ok=True)
+        start = time.perf_counter()
+        rows = run_episodes(task, arms, seeds, epochs, args.workers, out)
     except UsageError as exc:
         print(f"frontier: error: {exc}", file=sys.stderr)
         return 2
-    out.mkdir(parents=True, exist_ok=True)
-    start = time.perf_counter()
-    rows = run_episodes(task, arms, seeds, epochs, args.workers, out)
     summary = summarise(task, rows, arms, widths, seeds)
     summary.update(
         {"max_epochs": epochs, "threads_per_episode": 1, "seconds_this_run": round(time.perf_counter() - start, 1)}

@@ -76,7 +76,8 @@ def main(argv: list[str] | None = None) -> int:
     version, results = frontier.code_version(), []
     for row in held:
         arm = frontier.Arm(row["arm"], row["start_width"])
-        again = frontier.row_of(arm, run_one(frontier.job(task, arm, row["seed"], task.max_epochs)), version)
+        result = run_one(frontier.job(task, arm, row["seed"], task.max_epochs))
+        again = frontier.row_of(arm, result, version, frontier.arm_heuristic(task, arm.name))
         results.append(compared(row, again))
         print(f"{row['arm']}@{row['start_width']} seed {row['seed']}: same {results[-1]['same']}", flush=True)
     report = {"code": version, "date": time.strftime("%Y-%m-%d"), "threads_per_episode": 1, "episodes": results}
