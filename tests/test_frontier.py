@@ -117,6 +117,14 @@ def test_a_heuristic_arm_records_its_knobs_and_runs_with_them() -> None:
     assert frontier.row_of(frontier.Arm("static", 8), result, "test", None)["heuristic"] is None
 
 
+def test_the_width_arm_names_each_width_blueprint_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A heuristic tuned with width blueprints already leading keeps one of each in the width arm."""
+    tuned = frontier.HeuristicConfig(blueprint_order=("widen_50", "conv_heavy", "widen_25"))
+    monkeypatch.setattr(frontier, "tuned_heuristic", lambda name: tuned)
+    width = frontier.arm_heuristic(frontier.get_task("shapes"), "heuristic+width")
+    assert width.blueprint_order == ("widen_25", "widen_50", "conv_heavy")
+
+
 def test_held_heuristic_episodes_of_other_knobs_are_refused(tmp_path: Path, capsys) -> None:
     """A heuristic tuned again must not be paired with its old knobs' episodes: one line, exit 2."""
     task = frontier.get_task("shapes")
@@ -153,3 +161,11 @@ def test_repeat_held_refuses_an_episode_it_does_not_hold(tmp_path: Path, capsys)
     assert len(err) == 1 and "'naive'" in err[0] and "seed 0" in err[0]
     assert repeat_held.main(["--out-dir", str(tmp_path / "none")]) == 2
     assert [p.name for p in tmp_path.iterdir()] == ["episodes.jsonl"]  # nothing written
+
+
+def test_repeat_held_refuses_held_heuristic_episodes_of_other_knobs(tmp_path: Path, capsys) -> None:
+    held = rows("heuristic", 4, 100, 10.0, [50.0])  # no knobs recorded: not today's
+    (tmp_path / "episodes.jsonl").write_text("".join(json.dumps(r) + "\n" for r in held))
+    assert repeat_held.main(["--arms", "heuristic", "--seed", "0", "--out-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "other heuristic knobs" in err[0]

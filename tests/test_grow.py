@@ -4,6 +4,7 @@ shipped policy."""
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
 from pathlib import Path
@@ -168,8 +169,8 @@ def test_the_progress_bar_shows_only_on_a_terminal(monkeypatch: pytest.MonkeyPat
         assert not bar.disable
     with progress_bar(3, "epoch", quiet=True) as bar:
         assert bar.disable
-    monkeypatch.undo()
-    with progress_bar(3, "epoch", quiet=False) as bar:  # pytest's captured stderr is a file
+    monkeypatch.setattr("sys.stderr", io.StringIO())  # a log file
+    with progress_bar(3, "epoch", quiet=False) as bar:
         assert bar.disable
 
 

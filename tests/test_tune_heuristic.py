@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import load_benchmark
+from esper.leyline import GateThresholds
 from esper.tamiyo import PREFERRED_BLUEPRINTS
 from esper.tolaria import get_task
 
@@ -33,6 +34,16 @@ def test_named_width_blueprints_can_lead_a_drawn_rotation() -> None:
     assert all(sorted(c["blueprint_order"]) == sorted(preferred) for c in drawn)
 
 
+def test_a_candidate_heuristic_germinates_the_width_blueprints_of_its_rotation() -> None:
+    shapes = get_task("shapes")
+    knobs = tune.candidates(1, ("widen_25", "widen_50", "conv_heavy"), random.Random(0))[0]
+    heuristic = tune.candidate_heuristic(shapes, knobs, GateThresholds())
+    assert heuristic.rotation == ("widen_25", "widen_50", "conv_heavy")
+    preferred = PREFERRED_BLUEPRINTS[shapes.topology]
+    residual = tune.candidates(1, preferred, random.Random(0))[0]
+    assert tune.candidate_heuristic(shapes, residual, GateThresholds()).rotation == preferred
+
+
 @pytest.mark.parametrize(
     ("argv", "fragment"),
     [
@@ -41,6 +52,9 @@ def test_named_width_blueprints_can_lead_a_drawn_rotation() -> None:
         (["--blueprints", "widen_25", "widen_25"], "named twice"),
         (["--seeds", "x:y"], "'x:y'"),
         (["--task", "nope"], "'nope'"),
+        (["--workers", "0"], "--workers 0"),
+        (["--candidates", "0"], "--candidates 0"),
+        (["--max-epochs", "0"], "--max-epochs 0"),
     ],
 )
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(argv: list[str], fragment: str, tmp_path: Path) -> None:
@@ -70,3 +84,13 @@ def test_a_tiny_search_with_width_blueprints_records_them(tmp_path: Path) -> Non
     assert report["blueprints"] == ["widen_25", "conv_light"]
     assert report["candidates"][0]["blueprint_order"] == ["widen_25", "conv_light"]
     assert len(report["episodes"]) == 2 + 1  # two candidates on one seed, the finalist on one more
+
+
+def test_an_out_path_that_is_a_folder_is_refused_before_the_search(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "tune_heuristic.py"), "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 2 and "a folder" in done.stderr and len(done.stderr.strip().splitlines()) == 1

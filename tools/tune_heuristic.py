@@ -46,6 +46,7 @@ from typing import Any
 import torch
 
 from esper.karn import estimate
+from esper.leyline import GateThresholds
 from esper.runs.common import UsageError, check_blueprints_fit, resolve_blueprints, resolve_task, torch_build
 from esper.runs.config import jsonable
 from esper.runs.grow_run import DEFAULT_MAX_GERMINATIONS
@@ -88,15 +89,20 @@ def candidates(n: int, preferred: tuple[str, ...], rng: random.Random) -> list[d
     return chosen
 
 
+def candidate_heuristic(task: TaskSpec, knobs: dict[str, Any], thresholds: GateThresholds) -> HeuristicController:
+    """A candidate's heuristic, allowed every blueprint of its rotation: by default a heuristic
+    may use only the residual blueprints, and would drop the width ones from its order."""
+    config = HeuristicConfig().with_knobs(knobs)
+    return HeuristicController(task.topology, task.slot_names, config.blueprint_order, config, thresholds)
+
+
 def episode(task_name: str, index: int, knobs: dict[str, Any], rng_seed: int, max_epochs: int) -> dict[str, Any]:
     """One episode of one candidate; runs in a worker process. Records no test accuracy."""
     torch.set_num_threads(1)
     task = get_task(task_name)
     data = task.load_data(task.resolve_data_dir(None))
     config = EnvConfig(task, torch.device("cpu"), max_epochs, task.slot_names, DEFAULT_MAX_GERMINATIONS)
-    controller = HeuristicController(
-        task.topology, task.slot_names, config=HeuristicConfig().with_knobs(knobs), thresholds=config.thresholds
-    )
+    controller = candidate_heuristic(task, knobs, config.thresholds)
     outcome = run_episode(MorphogeneticEnv(config, data), controller, rng_seed=rng_seed, episode=rng_seed)
     price = RewardConfig().param_price
     return {
@@ -195,6 +201,14 @@ def search(argv: list[str]) -> None:
     parser.add_argument("--out", default=None, help="default: tools/results/tune_heuristic_<task>.json")
     parser.add_argument("--write-default", action="store_true", help="store the winner as the task's tuned heuristic")
     args = parser.parse_args(argv)
+    counts = {"--candidates": args.candidates, "--finalists": args.finalists, "--workers": args.workers}
+    for flag, value in counts.items():
+        if value < 1:
+            raise UsageError(f"{flag} {value}: give at least 1")
+    if args.max_epochs is not None and args.max_epochs < 1:
+        raise UsageError(f"--max-epochs {args.max_epochs}: give at least 1")
+    if args.out and Path(args.out).is_dir():
+        raise UsageError(f"--out {args.out}: a folder; give a file name for the search's JSON")
     task = resolve_task(args.task)
     epochs = args.max_epochs or task.max_epochs
     seeds, confirm = parse_seeds(args.seeds), parse_seeds(args.confirm_seeds)

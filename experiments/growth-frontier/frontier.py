@@ -111,8 +111,8 @@ def arm_heuristic(task: TaskSpec, arm_name: str) -> HeuristicConfig | None:
         return None
     heuristic = tuned_heuristic(task.name)
     if name == "heuristic+width":
-        residual = heuristic.blueprint_order or PREFERRED_BLUEPRINTS[task.topology]
-        heuristic = dataclasses.replace(heuristic, blueprint_order=(*WIDTH_FIRST, *residual))
+        rest = [b for b in heuristic.blueprint_order or PREFERRED_BLUEPRINTS[task.topology] if b not in WIDTH_FIRST]
+        heuristic = dataclasses.replace(heuristic, blueprint_order=(*WIDTH_FIRST, *rest))
     return heuristic
 
 

@@ -10,7 +10,7 @@ torch build: run it where the held episodes ran.
 Writes `<out-dir>/repeat_held_<code>.json` and exits 1 if any episode differs.
 
 Usage: python experiments/growth-frontier/repeat_held.py --task shapes [--seed 200] [--start-width 4]
-           [--arms static naive heuristic policy:shapes] [--out-dir DIR]
+           [--arms static naive heuristic policy:shapes] [--max-epochs N] [--out-dir DIR]
 """
 
 from __future__ import annotations
@@ -57,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=200)
     parser.add_argument("--start-width", type=int, default=4, help="the cheapest start is quickest (default 4)")
     parser.add_argument("--arms", nargs="+", default=["static", "naive", "heuristic", "policy:shapes"])
+    parser.add_argument("--max-epochs", type=int, help="the frontier's episode length (default: the task's)")
     parser.add_argument("--out-dir", help="the frontier's folder (default experiments/growth-frontier/results/TASK)")
     args = parser.parse_args(argv)
     try:
@@ -69,15 +70,17 @@ def main(argv: list[str] | None = None) -> int:
             raise UsageError(f"no held episodes: {log} does not exist")
         rows = read_jsonl(log)
         held = [held_row(rows, arm, args.start_width, args.seed) for arm in args.arms]
+        arms = [frontier.Arm(row["arm"], row["start_width"]) for row in held]
+        frontier.check_held_knobs(task, held, arms, log)  # other knobs would differ for another reason
+        epochs = args.max_epochs or task.max_epochs
+        jobs = [frontier.job(task, arm, row["seed"], epochs) for arm, row in zip(arms, held, strict=True)]
     except UsageError as exc:
         print(f"repeat_held: error: {exc}", file=sys.stderr)
         return 2
     torch.set_num_threads(1)
     version, results = frontier.code_version(), []
-    for row in held:
-        arm = frontier.Arm(row["arm"], row["start_width"])
-        result = run_one(frontier.job(task, arm, row["seed"], task.max_epochs))
-        again = frontier.row_of(arm, result, version, frontier.arm_heuristic(task, arm.name))
+    for arm, row, job in zip(arms, held, jobs, strict=True):
+        again = frontier.row_of(arm, run_one(job), version, frontier.arm_heuristic(task, arm.name))
         results.append(compared(row, again))
         print(f"{row['arm']}@{row['start_width']} seed {row['seed']}: same {results[-1]['same']}", flush=True)
     report = {"code": version, "date": time.strftime("%Y-%m-%d"), "threads_per_episode": 1, "episodes": results}
