@@ -67,6 +67,10 @@ BAD_INPUTS = {
         ["--blueprints", "widen_25", "--host.width", "1"],
         ["--blueprints widen_25", "slot 'early'", "less than one unit"],
     ),
+    "width blueprint of the heuristic's order the layer refuses": (
+        ["--heuristic.blueprint_order", "[widen_25, conv_heavy]", "--host.width", "1"],
+        ["--heuristic.blueprint_order widen_25", "slot 'early'", "less than one unit"],
+    ),
     "width blueprint the layer refuses, for the policy": (
         ["--blueprints", "conv_light", "widen_25", "--host.width", "1"],
         ["--blueprints widen_25", "slot 'early'", "less than one unit"],

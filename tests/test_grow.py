@@ -139,6 +139,19 @@ def test_a_heuristic_file_keeps_its_blueprint_order_without_the_flag(
     assert grown and set(grown) == {"conv_light"}, grown
 
 
+@pytest.mark.slow
+def test_a_width_blueprint_in_the_order_is_grown_without_the_flag(
+    workdir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Knobs that name a width blueprint grow it in `grow` (it was silently left out)."""
+    monkeypatch.setitem(TASKS, "shapes", plateau_task(tiny_shapes_task()))
+    argv = ["grow", "--heuristic.blueprint_order", "[widen_25]", "--max-epochs", "12", "--quiet", "--seed", "3"]
+    assert main([*argv, "--run-dir", str(tmp_path / "run")]) == 0
+    results = json.loads((tmp_path / "run" / "summary.json").read_text())["episode_results"]
+    grown = [seed["blueprint"] for result in results for seed in result["seeds"]]
+    assert grown and set(grown) == {"widen_25"}, grown
+
+
 def test_a_bad_blueprint_order_is_one_line_and_writes_nothing(tiny_shapes, workdir: Path, tmp_path, capsys) -> None:
     knobs = tmp_path / "knobs.json"
     knobs.write_text(json.dumps({"heuristic": {"blueprint_order": ["nope"]}}))

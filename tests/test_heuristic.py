@@ -12,7 +12,7 @@ from conftest import make_env, training_signals
 from esper.kasmina import Topology
 from esper.kasmina.lifecycle import StageChange
 from esper.leyline import BlendSchedule, Decision, GateThresholds, LifecycleOp, SeedStage, SlotSignals, TrainingSignals
-from esper.tamiyo import HeuristicConfig, HeuristicController
+from esper.tamiyo import PREFERRED_BLUEPRINTS, HeuristicConfig, HeuristicController
 from esper.tolaria.episode import run_episode
 
 SLOTS = ("early", "mid", "late")
@@ -186,6 +186,17 @@ def test_the_blueprint_order_knob_sets_each_slots_rotation() -> None:
     c = controller(blueprint_order=("norm", "depthwise"))
     first = decide_and_execute(c, signals([slot(n) for n in SLOTS]))
     assert first.blueprint == "norm"
+
+
+def test_a_width_blueprint_the_order_names_is_germinated_without_blueprints() -> None:
+    """Knobs that name a width blueprint chose it: grow, eval and the ppo warm start (no
+    `--blueprints`) dropped it, and ran only the order's residual blueprints."""
+    c = controller(blueprint_order=("widen_25", "conv_heavy"))
+    assert c.rotation == ("widen_25", "conv_heavy")
+    assert decide_and_execute(c, signals([slot(n) for n in SLOTS])).blueprint == "widen_25"
+    narrowed = HeuristicController(Topology.CNN, SLOTS, ["conv_heavy"], HeuristicConfig(blueprint_order=("widen_25",)))
+    assert narrowed.rotation == ("conv_heavy",)  # `--blueprints` still narrows the order
+    assert controller().rotation == PREFERRED_BLUEPRINTS[Topology.CNN]  # no width unless named
 
 
 def test_the_tuned_knobs_of_a_task_are_its_heuristic_defaults(monkeypatch, tmp_path, workdir) -> None:

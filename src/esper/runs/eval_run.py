@@ -80,6 +80,7 @@ from esper.tamiyo import (
     NaiveGrowthController,
     RandomController,
     StaticController,
+    heuristic_rotation,
     is_policy_name,
     trained_policy_names,
     trained_policy_path,
@@ -253,7 +254,8 @@ def check_controller(
         check_policy(spec, task, seeds, flag)
     if spec.kind == "heuristic" and spec.path:
         try:
-            resolve_heuristic_blueprints(task, heuristic_from_file(spec.path, HeuristicConfig()), None)
+            knobs = heuristic_from_file(spec.path, HeuristicConfig())
+            resolve_heuristic_blueprints(task, knobs, None, host_width, [s.name for s in task.slot_ids])
         except UsageError as exc:
             raise UsageError(f"heuristic:{spec.path}: {exc}") from None
     if spec.kind == "naive":
@@ -286,12 +288,23 @@ def check_policy(spec: ControllerSpec, task: TaskSpec, seeds: tuple[int, ...], f
 
 
 def resolve_heuristic_blueprints(
-    task: TaskSpec, knobs: HeuristicConfig, flag: Sequence[str] | None
+    task: TaskSpec,
+    knobs: HeuristicConfig,
+    flag: Sequence[str] | None,
+    host_width: int | None,
+    slots: Sequence[str],
 ) -> tuple[str, ...] | None:
     """`--blueprints` (None when not given), once it and the heuristic's `blueprint_order` are
-    checked to name blueprints of the task (`eval` and `grow` share this)."""
+    checked to name blueprints of the task, and what the heuristic may choose (its rotation) to
+    fit every slot of the host at `host_width` (`eval` and `grow` share this)."""
     resolve_blueprints(task, knobs.blueprint_order or None, ())
-    return resolve_blueprints(task, flag, ()) or None
+    blueprints = resolve_blueprints(task, flag, ()) or None
+    check_blueprints_fit(task, host_width, slots, blueprints)
+    if blueprints is None:  # a width blueprint the order names is the heuristic's to choose
+        rotation = heuristic_rotation(task.topology, knobs.blueprint_order, None)
+        for name in rotation:
+            check_blueprints_fit(task, host_width, slots, [name], f"--heuristic.blueprint_order {name}")
+    return blueprints
 
 
 def heuristic_from_file(path: str, defaults: HeuristicConfig) -> HeuristicConfig:
@@ -309,8 +322,10 @@ def resolve_eval(args: argparse.Namespace, rest: Sequence[str] = ()) -> EvalRun:
     task = resolve_task(settings["task"])
     knobs = parse_knobs(EVAL_GROUPS, rest, over_tuned_heuristic(task.name, file_knobs))
     task = knobs["host"].apply(task)
-    blueprints = resolve_heuristic_blueprints(task, knobs["heuristic"], settings["blueprints"])
-    check_blueprints_fit(task, knobs["host"].width, resolve_slots(task, settings["slots"]), blueprints)
+    slots = resolve_slots(task, settings["slots"])
+    blueprints = resolve_heuristic_blueprints(
+        task, knobs["heuristic"], settings["blueprints"], knobs["host"].width, slots
+    )
     seeds = parse_seeds(settings["seeds"])
     controllers = resolve_controllers(settings["controllers"], task, seeds, knobs["host"].width)
     max_epochs = task.max_epochs if settings["max_epochs"] is None else settings["max_epochs"]
@@ -339,7 +354,7 @@ def resolve_eval(args: argparse.Namespace, rest: Sequence[str] = ()) -> EvalRun:
         task=task,
         device=resolve_device_arg(settings["device"]),
         max_epochs=max_epochs,
-        enabled_slots=resolve_slots(task, settings["slots"]),
+        enabled_slots=slots,
         max_germinations=settings["max_germinations"],
         thresholds=knobs["gates"],
         governor=knobs["governor"],

@@ -22,7 +22,6 @@ from esper.runs.common import (
     AlreadyFinished,
     UsageError,
     apply_deterministic,
-    check_blueprints_fit,
     check_minimum,
     check_run_dir,
     check_same_run,
@@ -132,8 +131,9 @@ def resolve_growth(args: argparse.Namespace, rest: Sequence[str] = ()) -> Growth
     device = resolve_device_arg(settings["device"])
     apply_deterministic(settings)
     slots = resolve_slots(task, settings["slots"])
-    blueprints = resolve_heuristic_blueprints(task, knobs["heuristic"], settings["blueprints"])
-    check_blueprints_fit(task, knobs["host"].width, slots, blueprints)
+    blueprints = resolve_heuristic_blueprints(
+        task, knobs["heuristic"], settings["blueprints"], knobs["host"].width, slots
+    )
     run_dir = Path(args.run_dir or Path("runs") / f"{time.strftime('%Y%m%d-%H%M%S')}-{args.command}-{task.name}")
     config = resolved_config(args.command, settings, knobs)
     finished = resumed_episodes(args, run_dir, config, episodes)

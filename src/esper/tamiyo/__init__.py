@@ -14,7 +14,13 @@ from esper.tamiyo.distributions import (
     sample_factored,
 )
 from esper.tamiyo.features import GLOBAL_FEATURES, ObservationLayout
-from esper.tamiyo.heuristic import PREFERRED_BLUEPRINTS, HeuristicConfig, HeuristicController, tuned_heuristic
+from esper.tamiyo.heuristic import (
+    PREFERRED_BLUEPRINTS,
+    HeuristicConfig,
+    HeuristicController,
+    heuristic_rotation,
+    tuned_heuristic,
+)
 from esper.tamiyo.policy import RecurrentPolicy
 from esper.tamiyo.spaces import PolicySpaces
 from esper.tamiyo.trained import is_policy_name, trained_policy_names, trained_policy_path, trained_policy_record
@@ -36,6 +42,7 @@ __all__ = [
     "RecurrentPolicy",
     "StaticController",
     "evaluate_factored",
+    "heuristic_rotation",
     "is_policy_name",
     "sample_factored",
     "trained_policy_names",

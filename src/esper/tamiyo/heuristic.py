@@ -23,6 +23,22 @@ TUNED_DIR = Path(__file__).parent / "tuned"
 task (its `heuristic` table); they are that task's defaults in every command."""
 
 
+def heuristic_rotation(topology: Topology, order: Sequence[str], blueprints: Sequence[str] | None) -> tuple[str, ...]:
+    """A heuristic's blueprint rotation: `order` (the knobs' `blueprint_order`; empty: most
+    parameters first) narrowed to `blueprints` (a run's `--blueprints`), then the ones
+    `blueprints` names that the order does not (width blueprints among them), as given.
+
+    With no `blueprints`, the order may name any blueprint of the topology. Width blueprints are
+    only ever chosen by name, so an order that names one has chosen it; the residual blueprints it
+    leaves out stay out. A name the topology lacks is a `ValueError` naming the valid ones."""
+    order = tuple(order) or PREFERRED_BLUEPRINTS[topology]
+    allowed = tuple(blueprints) if blueprints else (*blueprint_names(topology), *order)
+    for name in (*order, *allowed):
+        get_blueprint(topology, name)
+    ordered = tuple(b for b in order if b in allowed)
+    return ordered + tuple(b for b in blueprints or () if b not in ordered)
+
+
 @dataclass(frozen=True)
 class HeuristicConfig:
     """The heuristic's knobs: when to germinate, which seeds to keep or cull, blueprint penalties."""
@@ -118,16 +134,7 @@ class HeuristicController:
         self.thresholds = thresholds or GateThresholds()
         self.enabled_slots = tuple(enabled_slots)
         self.topology = topology
-        order = self.config.blueprint_order or PREFERRED_BLUEPRINTS[topology]
-        allowed = tuple(blueprints) if blueprints else blueprint_names(topology)
-        for name in (*order, *allowed):
-            get_blueprint(topology, name)
-        ordered = tuple(b for b in order if b in allowed)
-        unordered = tuple(b for b in blueprints or () if b not in ordered)
-        self.rotation: tuple[str, ...] = ordered + unordered
-        """The knobs' `blueprint_order` (default: most parameters first) narrowed to `blueprints`
-        (a run's `--blueprints`; None: the residual blueprints), then the ones `blueprints` names
-        that the order does not (width blueprints among them), as given."""
+        self.rotation = heuristic_rotation(topology, self.config.blueprint_order, blueprints)
         self.reset()
 
     def reset(self) -> None:
