@@ -1,5 +1,5 @@
-"""The README's Python examples run as printed (on the tiny shapes task, from a folder holding a
-quick-start run)."""
+"""The Python examples of the README, and the run directory's in docs/commands.md, run as printed
+(on the tiny shapes task, from a folder holding a quick-start run)."""
 
 from __future__ import annotations
 
@@ -13,18 +13,19 @@ from conftest import tiny_shapes_task
 from esper.scripts.cli import main
 from esper.tolaria import TASKS
 
-README = (Path(__file__).parents[1] / "README.md").read_text()
-EXAMPLES = (
-    "build a model",
-    "run an episode",
-    "load a run",
-    "load a grown network",
-    "train and evaluate a controller",
-)
+ROOT = Path(__file__).parents[1]
+EXAMPLES = {
+    "build a model": "README.md",
+    "run an episode": "README.md",
+    "load a run": "docs/commands.md",
+    "load a grown network": "docs/commands.md",
+    "train and evaluate a controller": "README.md",
+}
 
 
 def example(name: str) -> str:
-    return README.split(f"<!-- example: {name} -->")[1].split("```python")[1].split("```")[0]
+    page = (ROOT / EXAMPLES[name]).read_text()
+    return page.split(f"<!-- example: {name} -->")[1].split("```python")[1].split("```")[0]
 
 
 @pytest.mark.slow
@@ -35,5 +36,5 @@ def test_the_readme_example_runs(name: str, workdir: Path, monkeypatch, capsys) 
     argv += ["--heuristic.warmup_epochs", "1", "--heuristic.plateau_patience", "1"]
     assert main(argv) == 0
     capsys.readouterr()
-    exec(compile(example(name), f"README.md ({name})", "exec"), {})
+    exec(compile(example(name), f"{EXAMPLES[name]} ({name})", "exec"), {})
     assert capsys.readouterr().out.strip()
