@@ -79,3 +79,17 @@ def test_a_policy_trained_with_a_width_blueprint_holds_it_and_plays_in_eval(work
         ["static", policy], seeds="100:102", max_epochs=3, workers=0, run_dir="runs/e", quiet=True
     )
     assert set(report["controllers"]) == {"static", policy}
+
+
+def test_a_deterministic_run_from_python_leaves_the_kernel_settings_as_it_found_them(
+    workdir: Path, monkeypatch
+) -> None:
+    """`deterministic=True` turned torch's deterministic mode on for the rest of the caller's
+    process: a notebook's later work ran (or refused) deterministic kernels it never asked for."""
+    import torch
+
+    monkeypatch.setitem(TASKS, "shapes", tiny_shapes_task())
+    before = (torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.benchmark)
+    esper.runs.grow("static", deterministic=True, max_epochs=1, run_dir="runs/det", quiet=True)
+    assert json.loads(Path("runs/det/config.json").read_text())["settings"]["deterministic"] is True
+    assert (torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.benchmark) == before == (False, False)

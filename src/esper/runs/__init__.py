@@ -14,7 +14,8 @@ Settings are the command's flags by their Python names (`--max-epochs` is `max_e
 command's defaults; knobs are one dict per group (`knobs={"ppo": {"learning_rate": 1e-4}}`, the groups of
 `esper ppo --help-knobs`). A task is a built-in name, or `package.module:function` returning a
 `TaskSpec` (docs/own-task.md). Bad input raises `esper.runs.common.UsageError` with the one line
-the command prints; nothing is written before it.
+the command prints; nothing is written before it. `deterministic=True` holds for the run only:
+torch's kernel settings are the caller's again when it returns.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from esper.runs.eval_run import EVAL_DEFAULTS, EVAL_GROUPS, resolve_eval, run_ev
 from esper.runs.grow_run import GROW_DEFAULTS, HEURISTIC_DEFAULTS, resolve_growth, run_growth
 from esper.runs.ppo_run import DEFAULTS as PPO_DEFAULTS
 from esper.runs.ppo_run import resolve_ppo, run_ppo
+from esper.tolaria.devices import kernel_settings_restored
 
 Knobs = dict[str, dict[str, Any]]
 
@@ -45,7 +47,8 @@ def grow(
     `naive:BLUEPRINT@EPOCH`, `policy:PATH|NAME`), each growing a fresh host. Returns summary.json."""
     settings = {**settings, "controller": controller}
     request = python_request("grow", GROW_DEFAULTS, HEURISTIC_GROUPS, settings, knobs, **_run(run_dir, resume, quiet))
-    return run_growth(resolve_growth(request))
+    with kernel_settings_restored():
+        return run_growth(resolve_growth(request))
 
 
 def heuristic(
@@ -59,7 +62,8 @@ def heuristic(
     """`esper heuristic`: episodes of the rule-based controller. Returns summary.json."""
     run = _run(run_dir, resume, quiet)
     request = python_request("heuristic", HEURISTIC_DEFAULTS, HEURISTIC_GROUPS, settings, knobs, **run)
-    return run_growth(resolve_growth(request))
+    with kernel_settings_restored():
+        return run_growth(resolve_growth(request))
 
 
 def ppo(
@@ -74,7 +78,9 @@ def ppo(
     a checkpoint, a run directory, or "last" (with `run_dir`). Returns summary.json, whose
     `checkpoint` a later `evaluate` plays as `policy:PATH`."""
     run = {**_run(run_dir, False, quiet), "resume": None if resume is None else str(resume)}
-    return run_ppo(resolve_ppo(python_request("ppo", PPO_DEFAULTS, PPO_GROUPS, settings, knobs, **run)))
+    request = python_request("ppo", PPO_DEFAULTS, PPO_GROUPS, settings, knobs, **run)
+    with kernel_settings_restored():
+        return run_ppo(resolve_ppo(request))
 
 
 def evaluate(
@@ -90,7 +96,8 @@ def evaluate(
     eval.json: per controller its accuracies, sizes and training GFLOPs, and the paired differences."""
     settings = {**settings, "controllers": list(controllers)}
     request = python_request("eval", EVAL_DEFAULTS, EVAL_GROUPS, settings, knobs, **_run(run_dir, resume, quiet))
-    return run_eval(resolve_eval(request))
+    with kernel_settings_restored():
+        return run_eval(resolve_eval(request))
 
 
 def _run(run_dir: str | Path | None, resume: bool, quiet: bool) -> dict[str, Any]:

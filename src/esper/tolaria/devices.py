@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch
 
@@ -60,3 +62,24 @@ def use_deterministic_kernels() -> None:
     torch.use_deterministic_algorithms(True)
     torch.backends.cudnn.deterministic = True
     torch.backends.cudnn.benchmark = False
+
+
+@contextmanager
+def kernel_settings_restored() -> Iterator[None]:
+    """Torch's deterministic-kernel settings as they were once the block ends: a run called from
+    Python with `deterministic=True` leaves the caller's process as it found it (the CLI's process
+    ends with its run). cuBLAS's workspace variable stays set: cuBLAS read it at the first matrix
+    product, and it only sizes a workspace."""
+    saved = (
+        torch.are_deterministic_algorithms_enabled(),
+        torch.is_deterministic_algorithms_warn_only_enabled(),
+        torch.backends.cudnn.deterministic,
+        torch.backends.cudnn.benchmark,
+    )
+    try:
+        yield
+    finally:
+        enabled, warn_only, cudnn_deterministic, cudnn_benchmark = saved
+        torch.use_deterministic_algorithms(enabled, warn_only=warn_only)
+        torch.backends.cudnn.deterministic = cudnn_deterministic
+        torch.backends.cudnn.benchmark = cudnn_benchmark
