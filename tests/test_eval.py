@@ -262,6 +262,28 @@ def test_bad_eval_input_is_one_line_with_exit_code_2(tiny_shapes, workdir: Path,
     assert not Path("runs").exists()
 
 
+def test_a_width_blueprint_of_the_order_is_checked_where_a_heuristic_runs_on_its_slots(
+    tiny_shapes, workdir: Path, tmp_path: Path, capsys
+) -> None:
+    """`widen_25` of width 2 is half a unit in `early` and at least one in `mid` and `late`: the
+    order's width blueprints are checked on the enabled slots, for a heuristic that runs (a
+    heuristic file's own order included), and not for controllers that never read the order."""
+    order = ["--heuristic.blueprint_order", "[widen_25, conv_heavy]", "--host.width", "2", "--seeds", "0:2"]
+    check_usage_error(
+        capsys, ["eval", "--controllers", "heuristic", *order, *FAST], "--heuristic.blueprint_order widen_25"
+    )
+    knobs = tmp_path / "knobs.toml"
+    knobs.write_text('[heuristic]\nblueprint_order = ["widen_25"]\n')
+    argv = ["eval", "--controllers", f"heuristic:{knobs}", "--host.width", "2", "--seeds", "0:2", *FAST]
+    check_usage_error(capsys, argv, f"heuristic:{knobs} blueprint_order widen_25", "slot 'early'")
+    assert not Path("runs").exists()
+    assert main(["eval", "--controllers", "static", "random", *order, *FAST, "--run-dir", "runs/other"]) == 0
+    assert (
+        main(["eval", "--controllers", "heuristic", *order, "--slots", "mid", "late", *FAST, "--run-dir", "runs/s"])
+        == 0
+    )
+
+
 def test_a_checkpoint_of_another_task_is_refused(policy_checkpoint: Path, workdir: Path, capsys) -> None:
     argv = ["eval", "--task", "pydoc", "--controllers", "static", f"policy:{policy_checkpoint}", "--seeds", "9:11"]
     check_usage_error(capsys, [*argv, *FAST], "trained on task 'shapes'", "'pydoc'")

@@ -88,8 +88,25 @@ def test_a_deterministic_run_from_python_leaves_the_kernel_settings_as_it_found_
     process: a notebook's later work ran (or refused) deterministic kernels it never asked for."""
     import torch
 
+    def settings() -> tuple[bool, bool, bool, bool]:
+        return (
+            torch.are_deterministic_algorithms_enabled(),
+            torch.is_deterministic_algorithms_warn_only_enabled(),
+            torch.backends.cudnn.deterministic,
+            torch.backends.cudnn.benchmark,
+        )
+
     monkeypatch.setitem(TASKS, "shapes", tiny_shapes_task())
-    before = (torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.benchmark)
-    esper.runs.grow("static", deterministic=True, max_epochs=1, run_dir="runs/det", quiet=True)
-    assert json.loads(Path("runs/det/config.json").read_text())["settings"]["deterministic"] is True
-    assert (torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.benchmark) == before == (False, False)
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # the run sets it; the test leaves it as found
+    original = settings()
+    try:
+        torch.backends.cudnn.benchmark = True  # a caller's own settings, none of them the run's
+        esper.runs.grow("static", deterministic=True, max_epochs=1, run_dir="runs/det", quiet=True)
+        assert json.loads(Path("runs/det/config.json").read_text())["settings"]["deterministic"] is True
+        assert settings() == (False, False, False, True)
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        esper.runs.grow("static", deterministic=True, max_epochs=1, run_dir="runs/warn", quiet=True)
+        assert settings() == (True, True, False, True)
+    finally:
+        torch.use_deterministic_algorithms(original[0], warn_only=original[1])
+        torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = original[2:]

@@ -90,8 +90,8 @@ def candidates(n: int, preferred: tuple[str, ...], rng: random.Random) -> list[d
 
 
 def candidate_heuristic(task: TaskSpec, knobs: dict[str, Any], thresholds: GateThresholds) -> HeuristicController:
-    """A candidate's heuristic, allowed every blueprint of its rotation: by default a heuristic
-    may use only the residual blueprints, and would drop the width ones from its order."""
+    """A candidate's heuristic, allowed exactly the blueprints of its rotation (the residual ones
+    it leaves out stay out, the width ones it names are grown)."""
     config = HeuristicConfig().with_knobs(knobs)
     return HeuristicController(task.topology, task.slot_names, config.blueprint_order, config, thresholds)
 

@@ -254,8 +254,7 @@ def check_controller(
         check_policy(spec, task, seeds, flag)
     if spec.kind == "heuristic" and spec.path:
         try:
-            knobs = heuristic_from_file(spec.path, HeuristicConfig())
-            resolve_heuristic_blueprints(task, knobs, None, host_width, [s.name for s in task.slot_ids])
+            check_heuristic_order(task, heuristic_from_file(spec.path, HeuristicConfig()))
         except UsageError as exc:
             raise UsageError(f"heuristic:{spec.path}: {exc}") from None
     if spec.kind == "naive":
@@ -287,6 +286,11 @@ def check_policy(spec: ControllerSpec, task: TaskSpec, seeds: tuple[int, ...], f
         )
 
 
+def check_heuristic_order(task: TaskSpec, knobs: HeuristicConfig) -> None:
+    """The heuristic's `blueprint_order` names blueprints of the task."""
+    resolve_blueprints(task, knobs.blueprint_order or None, ())
+
+
 def resolve_heuristic_blueprints(
     task: TaskSpec,
     knobs: HeuristicConfig,
@@ -295,16 +299,35 @@ def resolve_heuristic_blueprints(
     slots: Sequence[str],
 ) -> tuple[str, ...] | None:
     """`--blueprints` (None when not given), once it and the heuristic's `blueprint_order` are
-    checked to name blueprints of the task, and what the heuristic may choose (its rotation) to
-    fit every slot of the host at `host_width` (`eval` and `grow` share this)."""
-    resolve_blueprints(task, knobs.blueprint_order or None, ())
+    checked to name blueprints of the task and `--blueprints` to fit every enabled slot of the
+    host at `host_width` (`eval` and `grow` share this)."""
+    check_heuristic_order(task, knobs)
     blueprints = resolve_blueprints(task, flag, ()) or None
     check_blueprints_fit(task, host_width, slots, blueprints)
-    if blueprints is None:  # a width blueprint the order names is the heuristic's to choose
-        rotation = heuristic_rotation(task.topology, knobs.blueprint_order, None)
-        for name in rotation:
-            check_blueprints_fit(task, host_width, slots, [name], f"--heuristic.blueprint_order {name}")
     return blueprints
+
+
+def heuristic_knobs(spec: ControllerSpec, defaults: HeuristicConfig) -> HeuristicConfig:
+    """The knobs a heuristic controller runs with: its file's over the run's (`heuristic:FILE`),
+    or the run's."""
+    return heuristic_from_file(spec.path, defaults) if spec.path else defaults
+
+
+def check_heuristic_fits(
+    task: TaskSpec,
+    spec: ControllerSpec,
+    knobs: HeuristicConfig,
+    blueprints: Sequence[str] | None,
+    host_width: int | None,
+    slots: Sequence[str],
+) -> None:
+    """Without `--blueprints`, a width blueprint the heuristic's order names is its to choose
+    (`heuristic_rotation`): each must fit every enabled slot (`--blueprints` was checked itself)."""
+    if blueprints is not None:
+        return
+    where = f"heuristic:{spec.path} blueprint_order" if spec.path else "--heuristic.blueprint_order"
+    for name in heuristic_rotation(task.topology, knobs.blueprint_order, None):
+        check_blueprints_fit(task, host_width, slots, [name], f"{where} {name}")
 
 
 def heuristic_from_file(path: str, defaults: HeuristicConfig) -> HeuristicConfig:
@@ -328,6 +351,10 @@ def resolve_eval(args: argparse.Namespace, rest: Sequence[str] = ()) -> EvalRun:
     )
     seeds = parse_seeds(settings["seeds"])
     controllers = resolve_controllers(settings["controllers"], task, seeds, knobs["host"].width)
+    for spec in controllers:
+        if spec.kind == "heuristic":
+            spec_knobs = heuristic_knobs(spec, knobs["heuristic"])
+            check_heuristic_fits(task, spec, spec_knobs, blueprints, knobs["host"].width, slots)
     max_epochs = task.max_epochs if settings["max_epochs"] is None else settings["max_epochs"]
     check_minimum("--max-epochs", max_epochs, 1)
     check_minimum("--max-germinations", settings["max_germinations"], 0)
@@ -459,7 +486,7 @@ def make_controller(
         blueprint, epoch = naive_schedule(spec.name, spec.path or "")
         return NaiveGrowthController(config.task.topology, config.enabled_slots, blueprint, epoch, config.thresholds)
     if spec.kind == "heuristic":
-        knobs = heuristic_from_file(spec.path, heuristic) if spec.path else heuristic
+        knobs = heuristic_knobs(spec, heuristic)
         return HeuristicController(
             config.task.topology, config.enabled_slots, blueprints, config=knobs, thresholds=config.thresholds
         )

@@ -46,6 +46,8 @@ from esper.runs.eval_run import (
     SIZED_STATICS,
     ControllerSpec,
     check_controller,
+    check_heuristic_fits,
+    heuristic_knobs,
     make_controller,
     parse_controller,
     resolve_heuristic_blueprints,
@@ -134,6 +136,9 @@ def resolve_growth(args: argparse.Namespace, rest: Sequence[str] = ()) -> Growth
     blueprints = resolve_heuristic_blueprints(
         task, knobs["heuristic"], settings["blueprints"], knobs["host"].width, slots
     )
+    if controller.kind == "heuristic":
+        controller_knobs = heuristic_knobs(controller, knobs["heuristic"])
+        check_heuristic_fits(task, controller, controller_knobs, blueprints, knobs["host"].width, slots)
     run_dir = Path(args.run_dir or Path("runs") / f"{time.strftime('%Y%m%d-%H%M%S')}-{args.command}-{task.name}")
     config = resolved_config(args.command, settings, knobs)
     finished = resumed_episodes(args, run_dir, config, episodes)
