@@ -316,15 +316,17 @@ def heuristic_knobs(spec: ControllerSpec, defaults: HeuristicConfig) -> Heuristi
 def check_heuristic_fits(
     task: TaskSpec,
     spec: ControllerSpec,
-    knobs: HeuristicConfig,
+    run_knobs: HeuristicConfig,
     blueprints: Sequence[str] | None,
     host_width: int | None,
     slots: Sequence[str],
 ) -> None:
-    """Without `--blueprints`, a width blueprint the heuristic's order names is its to choose
-    (`heuristic_rotation`): each must fit every enabled slot (`--blueprints` was checked itself)."""
-    if blueprints is not None:
+    """For a heuristic controller without `--blueprints`, a width blueprint its order names is its
+    to choose (`heuristic_rotation`): each must fit every enabled slot (`--blueprints` was checked
+    itself; other controllers never read the order)."""
+    if spec.kind != "heuristic" or blueprints is not None:
         return
+    knobs = heuristic_knobs(spec, run_knobs)
     where = f"heuristic:{spec.path} blueprint_order" if spec.path else "--heuristic.blueprint_order"
     for name in heuristic_rotation(task.topology, knobs.blueprint_order, None):
         check_blueprints_fit(task, host_width, slots, [name], f"{where} {name}")
@@ -352,9 +354,7 @@ def resolve_eval(args: argparse.Namespace, rest: Sequence[str] = ()) -> EvalRun:
     seeds = parse_seeds(settings["seeds"])
     controllers = resolve_controllers(settings["controllers"], task, seeds, knobs["host"].width)
     for spec in controllers:
-        if spec.kind == "heuristic":
-            spec_knobs = heuristic_knobs(spec, knobs["heuristic"])
-            check_heuristic_fits(task, spec, spec_knobs, blueprints, knobs["host"].width, slots)
+        check_heuristic_fits(task, spec, knobs["heuristic"], blueprints, knobs["host"].width, slots)
     max_epochs = task.max_epochs if settings["max_epochs"] is None else settings["max_epochs"]
     check_minimum("--max-epochs", max_epochs, 1)
     check_minimum("--max-germinations", settings["max_germinations"], 0)

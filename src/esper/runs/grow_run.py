@@ -47,7 +47,6 @@ from esper.runs.eval_run import (
     ControllerSpec,
     check_controller,
     check_heuristic_fits,
-    heuristic_knobs,
     make_controller,
     parse_controller,
     resolve_heuristic_blueprints,
@@ -136,9 +135,7 @@ def resolve_growth(args: argparse.Namespace, rest: Sequence[str] = ()) -> Growth
     blueprints = resolve_heuristic_blueprints(
         task, knobs["heuristic"], settings["blueprints"], knobs["host"].width, slots
     )
-    if controller.kind == "heuristic":
-        controller_knobs = heuristic_knobs(controller, knobs["heuristic"])
-        check_heuristic_fits(task, controller, controller_knobs, blueprints, knobs["host"].width, slots)
+    check_heuristic_fits(task, controller, knobs["heuristic"], blueprints, knobs["host"].width, slots)
     run_dir = Path(args.run_dir or Path("runs") / f"{time.strftime('%Y%m%d-%H%M%S')}-{args.command}-{task.name}")
     config = resolved_config(args.command, settings, knobs)
     finished = resumed_episodes(args, run_dir, config, episodes)
