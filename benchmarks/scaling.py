@@ -3,9 +3,12 @@ GPU is, PPO env-steps per second, and (`--ddp`) the policy-DDP efficiency of 2 r
 
 - envs: every env trains its host one epoch on the shared batches (`MorphogeneticEnvs.train_epoch`
   phase, all envs WAITing, so the work per epoch is the bare host's, its measurement included);
-  the figure is host-epochs per second, for each path: `graphs` (CUDA graphs of the training step
-  and the measurement, `esper.tolaria.graphs`) and `eager` (every kernel launched from Python).
-  On the CPU the two are one code path, so only `eager` is measured there.
+  the figure is host-epochs per second, for each path: `graphs` (CUDA graphs of the measurement
+  and of the training step, ten steps to a graph once the step holds: `esper.tolaria.graphs`),
+  `graphs-step` (one graph per step, the path before blocks) and `eager` (every kernel launched
+  from Python). On the CPU they are one code path, so only `eager` is measured there. Beside each
+  rate, `phases` splits a timed epoch's wall time: `feed` until every env's training is queued,
+  `end` from there to the last env's signals (the measurements, their reads and the lifecycle).
 - gpu_busy (CUDA): over one timed epoch under the profiler, the fraction of wall time at least
   one kernel runs (the union of kernel intervals), the kernel time summed over streams per wall
   second (above 1 when streams overlap), and the CPU-side launches (kernels and graphs) per env-epoch.
@@ -43,17 +46,22 @@ from esper.simic import morphogenetic_envs as menvs
 from esper.simic.distributed import SINGLE_PROCESS, init_distributed, shutdown_distributed
 from esper.tolaria import EnvConfig, get_task
 
-PATHS = ("graphs", "eager")
+PATHS = ("graphs", "graphs-step", "eager")
 
 
 def make_trainer(
-    n_envs: int, device: torch.device, max_epochs: int, ctx=SINGLE_PROCESS, rng_seed: int = 0, graphs: bool = True
+    n_envs: int, device: torch.device, max_epochs: int, ctx=SINGLE_PROCESS, rng_seed: int = 0, path: str = "graphs"
 ):
     task = get_task("shapes")
     slots = task.slot_names
     config = menvs.TrainerConfig(episodes=10**6, n_envs=n_envs, rng_seed=rng_seed)
-    env_config = EnvConfig(task, device, max_epochs, slots, max_germinations=6, cuda_graphs=graphs)
-    return menvs.build_trainer(config, env_config, task.load_data(None), [device], device, ctx=ctx)
+    env_config = EnvConfig(task, device, max_epochs, slots, max_germinations=6, cuda_graphs=path != "eager")
+    envs, learner = menvs.build_trainer(config, env_config, task.load_data(None), [device], device, ctx=ctx)
+    if path == "graphs-step":
+        for env in envs.all_envs:
+            if env.passes.training_graph is not None:
+                env.passes.training_graph.block_steps = 1
+    return envs, learner
 
 
 def synchronize(device: torch.device) -> None:
@@ -61,10 +69,10 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def warmed_up(n_envs: int, device: torch.device, graphs: bool, epochs_left: int):
+def warmed_up(n_envs: int, device: torch.device, path: str, epochs_left: int):
     """`n_envs` envs two epochs into an episode with `epochs_left` more to go: the first epoch
-    runs eagerly and captures the graphs, the second replays them."""
-    envs, _ = make_trainer(n_envs, device, max_epochs=epochs_left + 2, graphs=graphs)
+    runs eagerly and captures the step's graph, the second replays it and captures its block."""
+    envs, _ = make_trainer(n_envs, device, max_epochs=epochs_left + 2, path=path)
     envs.begin_round()
     ids = list(range(n_envs))
     for _ in range(2):
@@ -73,14 +81,31 @@ def warmed_up(n_envs: int, device: torch.device, graphs: bool, epochs_left: int)
     return envs, ids
 
 
-def host_epochs_per_second(n_envs: int, device: torch.device, epochs: int, graphs: bool) -> float:
-    """Timed after two warm-up epochs (the first runs eagerly and captures; the second replays)."""
-    envs, ids = warmed_up(n_envs, device, graphs, epochs_left=epochs)
-    start = time.perf_counter()
+def host_epochs_per_second(n_envs: int, device: torch.device, epochs: int, path: str) -> tuple[float, dict]:
+    """Timed after two warm-up epochs, and the wall time of an epoch split into its phases: the
+    feed (until the first env's measurement is launched, which follows every env's last block)
+    and the end (the measurements, their reads and the lifecycle, to the last env's signals)."""
+    envs, ids = warmed_up(n_envs, device, path, epochs_left=epochs)
+    first = envs.envs[0]
+    launch, fed = first.launch_measurement, []
+
+    def timed_launch() -> None:
+        fed.append(time.perf_counter())
+        launch()
+
+    first.launch_measurement = timed_launch
+    starts, ends = [], []
     for _ in range(epochs):
+        starts.append(time.perf_counter())
         envs.train_epoch(ids, [Decision.wait()] * n_envs)
+        ends.append(time.perf_counter())
     synchronize(device)
-    return n_envs * epochs / (time.perf_counter() - start)
+    rate = n_envs * epochs / (time.perf_counter() - starts[0])
+    phases = {
+        "feed_seconds_per_epoch": round(sum(f - s for s, f in zip(starts, fed, strict=True)) / epochs, 4),
+        "end_seconds_per_epoch": round(sum(e - f for f, e in zip(fed, ends, strict=True)) / epochs, 4),
+    }
+    return rate, phases
 
 
 def union_seconds(intervals: list[tuple[float, float]]) -> float:
@@ -93,7 +118,7 @@ def union_seconds(intervals: list[tuple[float, float]]) -> float:
     return total
 
 
-def gpu_busy(n_envs: int, device: torch.device, graphs: bool) -> dict[str, float]:
+def gpu_busy(n_envs: int, device: torch.device, path: str) -> dict[str, float]:
     """How busy the GPU is over one timed epoch of `n_envs` envs, under the profiler.
 
     Why: host-epochs per second alone cannot say whether a GPU is saturated or idle between
@@ -102,7 +127,7 @@ def gpu_busy(n_envs: int, device: torch.device, graphs: bool) -> dict[str, float
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
-    envs, ids = warmed_up(n_envs, device, graphs, epochs_left=2)
+    envs, ids = warmed_up(n_envs, device, path, epochs_left=2)
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         start = time.perf_counter()
         envs.train_epoch(ids, [Decision.wait()] * n_envs)
@@ -121,14 +146,14 @@ def gpu_busy(n_envs: int, device: torch.device, graphs: bool) -> dict[str, float
     }
 
 
-def python_profile(n_envs: int, device: torch.device, graphs: bool, lines: int = 30) -> str:
+def python_profile(n_envs: int, device: torch.device, path: str, lines: int = 30) -> str:
     """Where the CPU's time goes in one epoch of `n_envs` envs (cProfile, by own time): on a GPU
     the Python thread that issues the work is what more envs share."""
     import cProfile
     import io
     import pstats
 
-    envs, ids = warmed_up(n_envs, device, graphs, epochs_left=2)
+    envs, ids = warmed_up(n_envs, device, path, epochs_left=2)
     profiler = cProfile.Profile()
     profiler.enable()
     envs.train_epoch(ids, [Decision.wait()] * n_envs)
@@ -139,9 +164,9 @@ def python_profile(n_envs: int, device: torch.device, graphs: bool, lines: int =
     return text.getvalue()
 
 
-def ppo_steps_per_second(n_envs: int, device: torch.device, epochs: int, rounds: int, graphs: bool) -> float:
+def ppo_steps_per_second(n_envs: int, device: torch.device, epochs: int, rounds: int, path: str) -> float:
     """PPO env-steps per second over `rounds` rounds, after one warm-up round."""
-    envs, learner = make_trainer(n_envs, device, max_epochs=epochs, graphs=graphs)
+    envs, learner = make_trainer(n_envs, device, max_epochs=epochs, path=path)
     menvs.run_round(envs, learner)
     synchronize(device)
     steps_before, start = learner.global_step, time.perf_counter()
@@ -194,8 +219,8 @@ def main() -> int:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--envs", default="1,2,4,8", help="env counts, comma-separated (the issue's: 1,2,4,8,16,32)")
     parser.add_argument("--epochs", type=int, default=3, help="timed host epochs per env count")
-    parser.add_argument("--paths", default="graphs,eager", help="on CUDA: the paths measured")
-    parser.add_argument("--eager-envs", default=None, help="env counts for the eager path (default: --envs)")
+    parser.add_argument("--paths", default="graphs,eager", help="on CUDA: the paths measured, of " + ",".join(PATHS))
+    parser.add_argument("--eager-envs", default=None, help="env counts of the paths but graphs (default: --envs)")
     parser.add_argument("--busy-envs", default="1,8", help="env counts profiled for gpu_busy (CUDA)")
     parser.add_argument("--ppo-envs", type=int, default=8)
     parser.add_argument("--ppo-epochs", type=int, default=4, help="host epochs per PPO episode")
@@ -210,6 +235,8 @@ def main() -> int:
     counts = [int(n) for n in args.envs.split(",")]
     eager_counts = [int(n) for n in (args.eager_envs or args.envs).split(",")]
     paths = tuple(args.paths.split(",")) if device.type == "cuda" else ("eager",)
+    if unknown := [p for p in paths if p not in PATHS]:
+        parser.error(f"--paths {','.join(unknown)}: choose from {','.join(PATHS)}")
     figures: dict = {
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "device": str(device),
@@ -218,30 +245,31 @@ def main() -> int:
         "cpu_count": os.cpu_count(),
         **torch_build(),
         "host_epochs_per_second": {},
+        "phases": {},
     }
     for path in paths:
         ns = counts if path == "graphs" or device.type != "cuda" else eager_counts
-        rates = {str(n): round(host_epochs_per_second(n, device, args.epochs, path == "graphs"), 3) for n in ns}
+        measured = {str(n): host_epochs_per_second(n, device, args.epochs, path) for n in ns}
+        rates = {n: round(rate, 3) for n, (rate, _) in measured.items()}
         figures["host_epochs_per_second"][path] = rates
+        figures["phases"][path] = {n: phases for n, (_, phases) in measured.items()}
         print(json.dumps({path: rates}), file=sys.stderr, flush=True)
     first = figures["host_epochs_per_second"][paths[0]]
     figures["speedup_over_one_env"] = {n: round(r / first[str(counts[0])], 3) for n, r in first.items()}
     if device.type == "cuda":
         busy_counts = [int(n) for n in args.busy_envs.split(",")]
-        figures["gpu_busy"] = {p: {str(n): gpu_busy(n, device, p == "graphs") for n in busy_counts} for p in paths}
+        figures["gpu_busy"] = {p: {str(n): gpu_busy(n, device, p) for n in busy_counts} for p in paths}
     if args.ppo_rounds:
-        ppo = {
-            p: ppo_steps_per_second(args.ppo_envs, device, args.ppo_epochs, args.ppo_rounds, p == "graphs")
-            for p in paths
-        }
+        ppo = {p: ppo_steps_per_second(args.ppo_envs, device, args.ppo_epochs, args.ppo_rounds, p) for p in paths}
         figures["ppo"] = {"envs": args.ppo_envs, "episode_epochs": args.ppo_epochs, "rounds": args.ppo_rounds}
         figures["ppo"]["env_steps_per_second"] = {p: round(v, 3) for p, v in ppo.items()}
-        if set(paths) == set(PATHS):
+        if "graphs" in ppo and "eager" in ppo:
             figures["ppo"]["graphs_over_eager"] = round(ppo["graphs"] / ppo["eager"], 3)
     if args.ddp:
         figures.update(ddp_figures(args))
     if args.python_profile:
-        print(python_profile(args.python_profile, device, graphs=device.type == "cuda"), file=sys.stderr)
+        path = "graphs" if device.type == "cuda" else "eager"
+        print(python_profile(args.python_profile, device, path), file=sys.stderr)
     text = json.dumps(figures)
     if args.out is not None:
         args.out.write_text(text + "\n")
