@@ -3,10 +3,9 @@ GPU is, PPO env-steps per second, and (`--ddp`) the policy-DDP efficiency of 2 r
 
 - envs: every env trains its host one epoch on the shared batches (`MorphogeneticEnvs.train_epoch`
   phase, all envs WAITing, so the work per epoch is the bare host's, its measurement included);
-  the figure is host-epochs per second, for each path: `graphs` (CUDA graphs of the measurement
-  and of the training step, ten steps to a graph once the step holds: `esper.tolaria.graphs`),
-  `graphs-step` (one graph per step, the path before blocks) and `eager` (every kernel launched
-  from Python). On the CPU they are one code path, so only `eager` is measured there. Beside each
+  the figure is host-epochs per second, for each path: `graphs` (CUDA graphs of the training step
+  and the measurement, `esper.tolaria.graphs`) and `eager` (every kernel launched from Python).
+  On the CPU the two are one code path, so only `eager` is measured there. Beside each
   rate, `phases` splits a timed epoch's wall time: `feed` until every env's training is queued,
   `end` from there to the last env's signals (the measurements, their reads and the lifecycle).
 - gpu_busy (CUDA): over one timed epoch under the profiler, the fraction of wall time at least
@@ -46,7 +45,7 @@ from esper.simic import morphogenetic_envs as menvs
 from esper.simic.distributed import SINGLE_PROCESS, init_distributed, shutdown_distributed
 from esper.tolaria import EnvConfig, get_task
 
-PATHS = ("graphs", "graphs-step", "eager")
+PATHS = ("graphs", "eager")
 
 
 def make_trainer(
@@ -56,12 +55,7 @@ def make_trainer(
     slots = task.slot_names
     config = menvs.TrainerConfig(episodes=10**6, n_envs=n_envs, rng_seed=rng_seed)
     env_config = EnvConfig(task, device, max_epochs, slots, max_germinations=6, cuda_graphs=path != "eager")
-    envs, learner = menvs.build_trainer(config, env_config, task.load_data(None), [device], device, ctx=ctx)
-    if path == "graphs-step":
-        for env in envs.all_envs:
-            if env.passes.training_graph is not None:
-                env.passes.training_graph.block_steps = 1
-    return envs, learner
+    return menvs.build_trainer(config, env_config, task.load_data(None), [device], device, ctx=ctx)
 
 
 def synchronize(device: torch.device) -> None:
@@ -71,7 +65,7 @@ def synchronize(device: torch.device) -> None:
 
 def warmed_up(n_envs: int, device: torch.device, path: str, epochs_left: int):
     """`n_envs` envs two epochs into an episode with `epochs_left` more to go: the first epoch
-    runs eagerly and captures the step's graph, the second replays it and captures its block."""
+    runs eagerly and captures the graphs, the second replays them."""
     envs, _ = make_trainer(n_envs, device, max_epochs=epochs_left + 2, path=path)
     envs.begin_round()
     ids = list(range(n_envs))
@@ -83,7 +77,7 @@ def warmed_up(n_envs: int, device: torch.device, path: str, epochs_left: int):
 
 def host_epochs_per_second(n_envs: int, device: torch.device, epochs: int, path: str) -> tuple[float, dict]:
     """Timed after two warm-up epochs, and the wall time of an epoch split into its phases: the
-    feed (until the first env's measurement is launched, which follows every env's last block)
+    feed (until the first env's measurement is launched, which follows every env's last batch)
     and the end (the measurements, their reads and the lifecycle, to the last env's signals)."""
     envs, ids = warmed_up(n_envs, device, path, epochs_left=epochs)
     first = envs.envs[0]
@@ -220,7 +214,7 @@ def main() -> int:
     parser.add_argument("--envs", default="1,2,4,8", help="env counts, comma-separated (the issue's: 1,2,4,8,16,32)")
     parser.add_argument("--epochs", type=int, default=3, help="timed host epochs per env count")
     parser.add_argument("--paths", default="graphs,eager", help="on CUDA: the paths measured, of " + ",".join(PATHS))
-    parser.add_argument("--eager-envs", default=None, help="env counts of the paths but graphs (default: --envs)")
+    parser.add_argument("--eager-envs", default=None, help="env counts for the eager path (default: --envs)")
     parser.add_argument("--busy-envs", default="1,8", help="env counts profiled for gpu_busy (CUDA)")
     parser.add_argument("--ppo-envs", type=int, default=8)
     parser.add_argument("--ppo-epochs", type=int, default=4, help="host epochs per PPO episode")

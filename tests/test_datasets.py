@@ -9,8 +9,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from esper.tolaria import DATA_DIR_ENV, DatasetError, get_task
 from esper.tolaria.datasets import (
@@ -19,7 +17,6 @@ from esper.tolaria.datasets import (
     SHAPE_CLASSES,
     ImageData,
     TokenData,
-    in_blocks,
     load_cifar10,
     load_text_corpus,
     procedural_shapes,
@@ -727,15 +724,3 @@ def test_token_data_with_samples_per_epoch_draws_that_many_windows() -> None:
     data = TokenData(train, val, test, block_size=16, train_windows_per_epoch=128, max_eval_windows=32)
     windows = sum(x.shape[0] for x, _ in data.with_samples_per_epoch(48).train_batches(16, torch.Generator()))
     assert windows == 48
-
-
-@settings(max_examples=40, deadline=None)
-@given(n_batches=st.integers(0, 23), size=st.integers(1, 11))
-def test_blocks_hold_every_batch_once_in_order(n_batches: int, size: int) -> None:
-    """A block of graphed steps trains on exactly the batches the single steps would, in order."""
-    batches = [(torch.full((2, 3), float(i)), torch.full((2,), i)) for i in range(n_batches)]
-    blocks = list(in_blocks(iter(batches), size))
-    assert all(len(xs) == size for xs, _ in blocks[:-1]) and all(0 < len(xs) <= size for xs, _ in blocks)
-    flat = [(x, y) for xs, ys in blocks for x, y in zip(xs, ys, strict=True)]
-    assert len(flat) == n_batches
-    assert all(torch.equal(x, bx) and torch.equal(y, by) for (x, y), (bx, by) in zip(flat, batches, strict=True))

@@ -65,15 +65,15 @@ def test_a_row_cut_short_by_a_kill_does_not_stop_the_resume(tiny_tasks, workdir:
 
 
 def inject(monkeypatch, episode: int, epoch: int, fault) -> None:
-    """Run `fault(env)` after one block of training batches of the env playing `episode`, in `epoch`."""
-    real = MorphogeneticEnv.train_block
+    """Run `fault(env)` after one training batch of the env playing `episode`, in `epoch`."""
+    real = MorphogeneticEnv.train_batch
 
-    def train_block(self, xs, ys) -> None:
-        real(self, xs, ys)
+    def train_batch(self, x, y) -> None:
+        real(self, x, y)
         if self.clock.episode == episode and self.clock.epoch == epoch:
             fault(self)
 
-    monkeypatch.setattr(MorphogeneticEnv, "train_block", train_block)
+    monkeypatch.setattr(MorphogeneticEnv, "train_batch", train_batch)
 
 
 @pytest.mark.slow

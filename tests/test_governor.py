@@ -29,15 +29,15 @@ def test_judge_flags_non_finite_and_blowups_only() -> None:
 
 def poison_next_epoch(env: MorphogeneticEnv, monkeypatch: pytest.MonkeyPatch) -> None:
     """Make the next training epoch diverge after the decision has been executed."""
-    original = env.train_block
+    original = env.train_batch
 
     def poisoned(x, y):
         with torch.no_grad():
             next(env.model.host.parameters()).fill_(float("nan"))
-        monkeypatch.setattr(env, "train_block", original)
+        monkeypatch.setattr(env, "train_batch", original)
         return original(x, y)
 
-    monkeypatch.setattr(env, "train_block", poisoned)
+    monkeypatch.setattr(env, "train_batch", poisoned)
 
 
 def assert_consistent_and_trainable(env: MorphogeneticEnv) -> None:
@@ -128,15 +128,15 @@ def test_snapshot_is_not_aliased_by_later_training(monkeypatch: pytest.MonkeyPat
 
 def poison_seed_next_epoch(env: MorphogeneticEnv, slot: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Make one seed (not the host) diverge in the next epoch."""
-    original = env.train_block
+    original = env.train_batch
 
     def poisoned(x, y):
         with torch.no_grad():
             next(env.model.slot(slot).seed.parameters()).fill_(float("inf"))
-        monkeypatch.setattr(env, "train_block", original)
+        monkeypatch.setattr(env, "train_batch", original)
         return original(x, y)
 
-    monkeypatch.setattr(env, "train_block", poisoned)
+    monkeypatch.setattr(env, "train_batch", poisoned)
 
 
 def test_a_diverging_seed_in_training_cannot_poison_the_host() -> None:
@@ -266,15 +266,15 @@ def test_a_loss_blowup_without_nan_rolls_back(monkeypatch: pytest.MonkeyPatch) -
     for _ in range(3):
         env.step(Decision.wait())
     reference = {k: v.clone() for k, v in env.model.state_dict().items() if isinstance(v, torch.Tensor)}
-    original = env.train_block
+    original = env.train_batch
 
     def exploding(x, y):
         with torch.no_grad():
             env.model.host.segments[-1][-1].weight.mul_(1e4)  # huge but finite logits
-        monkeypatch.setattr(env, "train_block", original)
+        monkeypatch.setattr(env, "train_batch", original)
         return original(x, y)
 
-    monkeypatch.setattr(env, "train_block", exploding)
+    monkeypatch.setattr(env, "train_batch", exploding)
     result = env.step(Decision.wait())
     assert result.panic is not None and "blow-up" in result.panic
     restored = env.model.state_dict()

@@ -104,10 +104,8 @@ def capture_on_cpu(work, stream):
     return graph, graph.outputs
 
 
-def graphed_on_cpu(env, block_steps: int = 3) -> None:
-    """The graph bookkeeping on `env`; the tiny tasks' 8 steps per epoch make two blocks of 3
-    and two single steps."""
-    env.passes.training_graph = graphs.TrainingGraph(None, block_steps)
+def graphed_on_cpu(env) -> None:
+    env.passes.training_graph = graphs.TrainingGraph(None)
     env.passes.measurement_graph = graphs.MeasurementGraph(None)
 
 
@@ -149,30 +147,6 @@ def test_a_replayed_epoch_counts_its_steps_and_writes_the_graphs_sums(monkeypatc
     env.step(Decision.wait())  # replayed throughout
     assert graph.sums is sums and graph.captures == 1
     assert env.signals.train_loss == pytest.approx(float(sums.loss) / 8)  # 400 images, batches of 50
-
-
-def test_epochs_that_held_from_their_start_train_in_blocks_as_the_eager_epochs(monkeypatch) -> None:
-    """A block graph is captured in the first epoch whose step held from its start, replayed in
-    the epochs after, dropped by a change (whose epoch trains step by step), and captured again
-    once the step holds again; every epoch equals the eager one bitwise."""
-    monkeypatch.setattr(graphs, "capture", capture_on_cpu)
-    decisions = [Decision.wait()] * 2 + [Decision(LifecycleOp.GERMINATE, "mid", "conv_light")] + [Decision.wait()] * 2
-    runs = []
-    for graphed in (True, False):
-        env = cpu_env(graphed, max_epochs=5)
-        env.reset(0)
-        seen = []
-        for decision in decisions:
-            seen.append(env.step(decision).signals)
-            if graphed:
-                graph = env.passes.training_graph
-                seen_blocks = (graph.captures, graph.block_captures, graph.block is not None)
-                runs.append(seen_blocks)
-        runs.append((seen, [p.detach().clone() for p in env.model.parameters()]))
-    blocks, (graphed_seen, graphed_params), (eager_seen, eager_params) = runs[:5], runs[5], runs[6]
-    assert blocks == [(1, 0, False), (1, 1, True), (2, 1, False), (2, 2, True), (2, 2, True)]
-    assert graphed_seen == eager_seen
-    assert all(torch.equal(a, b) for a, b in zip(graphed_params, eager_params, strict=True))
 
 
 @pytest.mark.slow

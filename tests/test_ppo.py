@@ -271,15 +271,15 @@ def test_a_governor_panic_in_one_env_leaves_the_others_data_unchanged() -> None:
     def poison_env0(envs: menvs.MorphogeneticEnvs, epoch: int) -> None:
         if epoch == 2:
             env = envs.envs[0]
-            original = env.train_block
+            original = env.train_batch
 
             def poisoned(x, y):
                 with torch.no_grad():
                     next(env.model.host.parameters()).fill_(float("nan"))
-                env.train_block = original
+                env.train_batch = original
                 return original(x, y)
 
-            env.train_block = poisoned
+            env.train_batch = poisoned
 
     clean_envs, clean_learner = make_trainer(n_envs=2, max_epochs=4)
     clean, _ = collect(clean_envs, clean_learner)

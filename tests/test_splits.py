@@ -105,13 +105,13 @@ def test_growing_a_seed_never_changes_the_batches_or_the_host() -> None:
         state = env.model.host.state_dict()  # tensors, and each block's width (its extra state)
         initial = {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in state.items()}
         seen: list[torch.Tensor] = []
-        original = env.train_block
+        original = env.train_batch
 
         def record(x, y):
             seen.append(x.clone())
             return original(x, y)
 
-        env.train_block = record
+        env.train_batch = record
         for decision in decisions:
             env.step(decision)
         return seen, initial

@@ -28,13 +28,9 @@ def deterministic_cudnn():
     torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = before
 
 
-def episode(graphs: bool, amp: str | None = None, epochs: int = 12, block_steps: int = 3):
-    """An episode that germinates, trains, blends and fossilizes a seed: every kind of re-capture.
-    Graphed, its steps train in blocks of `block_steps` once they hold (the tiny task's 8 steps
-    per epoch: two blocks of 3 and two single steps)."""
+def episode(graphs: bool, amp: str | None = None, epochs: int = 12):
+    """An episode that germinates, trains, blends and fossilizes a seed: every kind of re-capture."""
     env = make_env(max_epochs=epochs, device=CUDA, cuda_graphs=graphs, amp=amp)
-    if graphs:
-        env.passes.training_graph.block_steps = block_steps
     env.reset(0)
     signals = []
     for epoch in range(epochs):
@@ -50,12 +46,10 @@ def max_difference(a: list[torch.Tensor], b: list[torch.Tensor]) -> float:
 
 
 @pytest.mark.parametrize("amp", [None, "bf16"])
-@pytest.mark.parametrize("block_steps", [1, 3])
-def test_a_graphed_episode_equals_the_eager_one_bitwise(amp: str | None, block_steps: int) -> None:
-    graphed, graphed_signals = episode(True, amp, block_steps=block_steps)
+def test_a_graphed_episode_equals_the_eager_one_bitwise(amp: str | None) -> None:
+    graphed, graphed_signals = episode(True, amp)
     eager, eager_signals = episode(False, amp)
     assert graphed.passes.training_graph.captures >= 3  # the host, the seed training, blending
-    assert (graphed.passes.training_graph.block_captures >= 2) == (block_steps > 1)  # the host, the kept seed
     assert graphed.passes.measurement_graph.captures >= 1
     a, b = list(graphed.model.state_dict().values()), list(eager.model.state_dict().values())
     tensors = [(x, y) for x, y in zip(a, b, strict=True) if torch.is_tensor(x)]
@@ -67,24 +61,19 @@ def test_a_graphed_episode_equals_the_eager_one_bitwise(amp: str | None, block_s
 
 
 def test_graphed_envs_of_one_process_equal_their_eager_twins() -> None:
-    """Four envs on their own streams, fed the shared batches by `MorphogeneticEnvs` in blocks."""
+    """Four envs on their own streams, fed the shared batches by `MorphogeneticEnvs`."""
     results = []
     for graphs in (True, False):
         task = tiny_shapes_task()
         config = menvs.TrainerConfig(episodes=4, n_envs=4, rng_seed=3)
         env_config = EnvConfig(task, CUDA, 4, task.slot_names, max_germinations=2, cuda_graphs=graphs)
         envs, _ = menvs.build_trainer(config, env_config, task.load_data(None), [CUDA], CUDA)
-        if graphs:
-            for env in envs.all_envs:
-                env.passes.training_graph.block_steps = 3
         envs.begin_round()
         ids = list(range(4))
         decisions = [Decision(LifecycleOp.GERMINATE, "early", "conv_light"), *[Decision.wait()] * 3]
-        for _ in range(4):
+        for _ in range(3):
             steps = envs.train_epoch(ids, decisions)
             decisions = [Decision.wait()] * 4
-        if graphs:
-            assert all(env.passes.training_graph.block_captures >= 1 for env in envs.envs)
         params = [p.detach().clone() for p in envs.envs[0].model.parameters()]
         results.append(([s.signals.val_loss for s in steps], params))
     (graphed_losses, graphed_params), (eager_losses, eager_params) = results
@@ -114,8 +103,6 @@ def test_merges_culls_and_rollbacks_replay_as_the_eager_episode(scenario: str) -
     runs = []
     for graphs in (True, False):
         env = make_env(max_epochs=9, device=CUDA, cuda_graphs=graphs, thresholds=EVERYTHING_KEPT)
-        if graphs:
-            env.passes.training_graph.block_steps = 3
         seen = scripted_episode(env, scenario)
         torch.cuda.synchronize()
         runs.append((seen, [p.detach().clone() for p in env.model.parameters()]))
@@ -130,8 +117,6 @@ def test_the_transformer_task_replays_as_the_eager_episode_within_float_rounding
     runs = []
     for graphs in (True, False):
         env = make_env(tiny_text_task(), max_epochs=9, device=CUDA, cuda_graphs=graphs, thresholds=EVERYTHING_KEPT)
-        if graphs:
-            env.passes.training_graph.block_steps = 3
         seen = scripted_episode(env, "text")
         torch.cuda.synchronize()
         runs.append(([s.val_loss for s, _ in seen], [p.detach().clone() for p in env.model.parameters()]))

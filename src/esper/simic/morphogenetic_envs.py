@@ -33,7 +33,7 @@ from esper.simic.rewards import RewardBreakdown, RewardConfig, RewardFunction
 from esper.simic.update import PPOConfig
 from esper.tamiyo import HEADS, FactoredMasks, FactoredSample, PolicySpaces
 from esper.tamiyo.diagnostics import KeepCullCounts
-from esper.tolaria.datasets import TaskData, in_blocks
+from esper.tolaria.datasets import TaskData
 from esper.tolaria.environment import EnvConfig, MorphogeneticEnv, StepResult
 
 
@@ -184,11 +184,11 @@ class MorphogeneticEnvs:
             env.begin_step(decision)
         current = envs[0]
         try:
-            batches = self.data.train_batches(envs[0].config.task.batch_size, self.learner.data_generator)
-            for xs, ys in in_blocks(batches, envs[0].passes.block_steps):
+            batch_size = envs[0].config.task.batch_size
+            for x, y in self.data.train_batches(batch_size, self.learner.data_generator):
                 for env in envs:
                     current = env
-                    env.train_block(xs, ys)  # each env moves the block to its device, on its own stream
+                    env.train_batch(x, y)  # each env moves the batch to its device, on its own stream
         except Exception as exc:
             where = f"episode {current.clock.episode}, epoch {current.clock.epoch}"  # before the undo
             for env in envs:

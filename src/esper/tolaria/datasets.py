@@ -11,7 +11,7 @@ import dataclasses
 import functools
 import math
 import pickle
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
@@ -107,23 +107,6 @@ class ImageData:
 
     def test_batches(self, batch_size: int) -> Iterator[Batch]:
         return _in_order(self.test_x, self.test_y, batch_size)
-
-
-def in_blocks(batches: Iterable[Batch], size: int) -> Iterator[Batch]:
-    """The batches, `size` consecutive ones stacked at a time (the last block may be shorter):
-    what a block of graphed training steps reads. One batch at a time is a view, not a copy."""
-    if size == 1:
-        for x, y in batches:
-            yield x.unsqueeze(0), y.unsqueeze(0)
-        return
-    block: list[Batch] = []
-    for batch in batches:
-        block.append(batch)
-        if len(block) == size:
-            yield torch.stack([x for x, _ in block]), torch.stack([y for _, y in block])
-            block = []
-    if block:
-        yield torch.stack([x for x, _ in block]), torch.stack([y for _, y in block])
 
 
 def _in_order(x: torch.Tensor, y: torch.Tensor, batch_size: int) -> Iterator[Batch]:

@@ -35,7 +35,7 @@ from esper.kasmina import MorphogeneticModel
 from esper.leyline import Decision, GateThresholds, SeedStage, TrainingSignals
 from esper.nissa import Event
 from esper.tolaria.compute import ComputeMeter
-from esper.tolaria.datasets import TaskData, in_blocks
+from esper.tolaria.datasets import TaskData
 from esper.tolaria.events import EnvClock, EnvEvents
 from esper.tolaria.governor import Governor, GovernorConfig
 from esper.tolaria.grown import grown_payload
@@ -196,9 +196,8 @@ class MorphogeneticEnv:
         `train_batch`, `end_step`."""
         self.begin_step(decision)
         try:
-            batches = self.passes.data.train_batches(self.config.task.batch_size, self._data_rng)
-            for xs, ys in in_blocks(batches, self.passes.block_steps):
-                self.train_block(xs, ys)
+            for x, y in self.passes.data.train_batches(self.config.task.batch_size, self._data_rng):
+                self.train_batch(x, y)
         except BaseException:
             self.abort_step()
             raise
@@ -230,15 +229,9 @@ class MorphogeneticEnv:
 
     def train_batch(self, x: torch.Tensor, y: torch.Tensor) -> None:
         """One optimisation step of the open epoch, on the env's device and stream (no sync)."""
-        self.train_block(x.unsqueeze(0), y.unsqueeze(0))
-
-    def train_block(self, xs: torch.Tensor, ys: torch.Tensor) -> None:
-        """Consecutive optimisation steps of the open epoch on the batches stacked in `xs`, `ys`
-        (`esper.tolaria.datasets.in_blocks`; `passes.block_steps` of them train as one CUDA
-        graph), on the env's device and stream (no sync)."""
         if self._open is None:
-            raise RuntimeError("train_block() outside begin_step()/end_step()")
-        self.passes.train_block(self._open.training, xs, ys)
+            raise RuntimeError("train_batch() outside begin_step()/end_step()")
+        self.passes.train_step(self._open.training, x, y)
 
     def launch_measurement(self) -> None:
         """Queue the open epoch's measurement on the device without waiting for it (a CUDA graph

@@ -6,15 +6,6 @@ had nothing to overlap: the CPU was the bottleneck. Captured once and replayed, 
 CPU two batch copies and one graph launch, so the envs of a process queue work faster than the GPU
 runs it, and their streams overlap.
 
-Blocks: even one launch per step left eight envs bound by the CPU on an H100 (each replay, with
-its copies, took about 115 microseconds of one thread against about 420 of GPU time per step, so
-separate graphs stopped near 87 host-epochs per second however many envs ran). Once an env's
-step has held a whole epoch, `block_steps` consecutive steps are captured as one graph on a
-stack of that many batches: one launch and two copies per block. A block replays the kernels of
-its steps in order, so it agrees with the single-step graph and the eager path bitwise. It is
-captured only in an epoch whose signature held from the start (capturing it costs the CPU about
-`block_steps` eager steps); an epoch that changed something trains on single-step graphs.
-
 What a graph bakes in is what re-captures it. It reads and writes fixed tensors (parameters,
 BatchNorm buffers, optimizer moments and step counts, gradients, the epoch's running sums) and
 it replays the Python choices made while it was captured (which seeds exist, each slot's stage
@@ -52,9 +43,6 @@ from esper.tolaria.training import EpochSums, TrainingEpoch
 
 WARMUP_STEPS = 2
 """Eager steps after each change of the signature, before the step is captured."""
-
-BLOCK_STEPS = 10
-"""Steps per block graph: a tenth of the launches, for a capture that costs ten eager steps."""
 
 Signature = tuple[Hashable, ...]
 T = TypeVar("T")
@@ -97,59 +85,31 @@ def _kept_tensors(model: MorphogeneticModel, optimizers: Sequence[torch.optim.Op
 
 
 class TrainingGraph:
-    """One env's training step as a CUDA graph, captured on the env's stream, and (once the step
-    has held a whole epoch) a block of `block_steps` steps as one graph."""
+    """One env's training step as a CUDA graph, captured on the env's stream."""
 
-    def __init__(self, stream: torch.cuda.Stream | None, block_steps: int = BLOCK_STEPS) -> None:
+    def __init__(self, stream: torch.cuda.Stream | None) -> None:
         self.stream = stream
-        self.block_steps = block_steps
-        """Steps per block graph; 1: one graph per step, no blocks."""
         self.signature: Signature | None = None
         self.graph: torch.cuda.CUDAGraph | None = None
-        self.block: torch.cuda.CUDAGraph | None = None
-        self.block_due = False
-        """The signature held at this epoch's start: the next full block is captured."""
         self.sums: EpochSums | None = None
         self.eager_steps = 0
-        self._x = self._y = self._xs = self._ys = None
+        self._x = self._y = None
         self._learning_rates: list[tuple[dict, torch.Tensor]] = []
         self._kept: list[torch.Tensor] = []
         self.captures = 0
-        """Single-step captures so far (a benchmark's count of how often the signature changed)."""
-        self.block_captures = 0
+        """Captures so far (a benchmark's count of how often the signature changed)."""
 
     def open_epoch(self, model: MorphogeneticModel, optimizers: list[torch.optim.Optimizer]) -> EpochSums | None:
-        """At an epoch's start (on the env's stream): the running sums the graphs write, zeroed,
-        when they still hold (their learning rates refilled); None when the step must run eagerly
+        """At an epoch's start (on the env's stream): the running sums the graph writes, zeroed,
+        when it still holds (its learning rates refilled); None when the step must run eagerly
         and be captured again."""
         if signature(model, optimizers) != self.signature:
-            self.signature, self.graph, self.block, self.sums, self.eager_steps = None, None, None, None, 0
-            self._learning_rates, self._kept, self._x, self._y, self._xs, self._ys = [], [], None, None, None, None
-            self.block_due = False
+            self.signature, self.graph, self.sums, self.eager_steps = None, None, None, 0
+            self._learning_rates, self._kept, self._x, self._y = [], [], None, None
             return None
         for group, lr in self._learning_rates:
             lr.fill_(group["lr"])
-        self.block_due = self.block is None and self.block_steps > 1
         return self.sums
-
-    def steps(self, training: TrainingEpoch, xs: torch.Tensor, ys: torch.Tensor) -> None:
-        """Consecutive steps on the batches stacked in `xs`, `ys`: as one block graph when they
-        fill a block and the step has held since the epoch began, else one step at a time."""
-        if len(xs) != self.block_steps or (self.block is None and not self.block_due):
-            for x, y in zip(xs, ys, strict=True):
-                self.step(training, x, y)
-            return
-        if self.block is None:
-            self._xs, self._ys = torch.empty_like(xs), torch.empty_like(ys)
-            self.block = self._record(training, self._block_work(training))
-            self.block_due, self.block_captures = False, self.block_captures + 1
-        assert self._xs is not None and self._ys is not None
-        _check_shape(xs, self._xs, "block")
-        self._xs.copy_(xs, non_blocking=True)
-        self._ys.copy_(ys, non_blocking=True)
-        self.block.replay()
-        for x, y in zip(xs, ys, strict=True):
-            training.count(x, y)
 
     def step(self, training: TrainingEpoch, x: torch.Tensor, y: torch.Tensor) -> None:
         """One step on the env's stream: replayed, run eagerly (warm-up), or captured and replayed."""
@@ -158,53 +118,36 @@ class TrainingGraph:
             self.eager_steps += 1
             return
         if self.graph is None:
-            self._x, self._y = torch.empty_like(x), torch.empty_like(y)
-            self._learning_rates = [
-                (group, torch.full((), group["lr"], device=x.device))
-                for opt in training.optimizers
-                for group in opt.param_groups
-            ]
-            self.graph = self._record(training, lambda: training.device_step(self._x, self._y))
-            self.sums = training.sums
-            self.signature = signature(training.model, training.optimizers)  # with the state the warm-up made
-            self._kept = _kept_tensors(training.model, training.optimizers)
-            self.captures += 1
-        assert self._x is not None and self._y is not None
-        _check_shape(x, self._x, "training")
+            self._capture(training, x, y)
+        assert self._x is not None and self._y is not None and self.graph is not None
+        if x.shape != self._x.shape or y.shape != self._y.shape:
+            captured = tuple(self._x.shape)
+            raise ValueError(f"a batch of shape {tuple(x.shape)}; the training graph was captured on {captured}")
         self._x.copy_(x, non_blocking=True)
         self._y.copy_(y, non_blocking=True)
         self.graph.replay()
         training.count(x, y)
 
-    def _block_work(self, training: TrainingEpoch) -> Callable[[], None]:
-        def block() -> None:
-            assert self._xs is not None and self._ys is not None
-            for i in range(self.block_steps):
-                training.device_step(self._xs[i], self._ys[i])
-
-        return block
-
-    def _record(self, training: TrainingEpoch, work: Callable[[], None]) -> torch.cuda.CUDAGraph:
-        """Capture `work` (device steps on fixed input tensors), each optimizer's learning rate
-        the device tensor the graphs share for the capture (the fused AdamW reads either; the
-        float is put back)."""
+    def _capture(self, training: TrainingEpoch, x: torch.Tensor, y: torch.Tensor) -> None:
+        """Record `training.device_step` on fixed input tensors, each optimizer's learning rate a
+        device tensor for the capture (the fused AdamW reads either; the float is put back)."""
         for opt in training.optimizers:
             opt.zero_grad(set_to_none=True)  # the captured backward writes (not adds) each gradient
-        rates = [group["lr"] for group, _ in self._learning_rates]
+        self._x, self._y = torch.empty_like(x), torch.empty_like(y)
+        groups = [group for opt in training.optimizers for group in opt.param_groups]
+        rates = [group["lr"] for group in groups]
+        self._learning_rates = [(g, torch.full((), g["lr"], device=x.device)) for g in groups]
         try:
             for group, lr in self._learning_rates:
                 group["lr"], group["capturable"] = lr, True
-            graph, _ = capture(work, self.stream)
+            graph, _ = capture(lambda: training.device_step(self._x, self._y), self.stream)
         finally:
-            for (group, _), rate in zip(self._learning_rates, rates, strict=True):
+            for group, rate in zip(groups, rates, strict=True):
                 group["lr"], group["capturable"] = rate, False
-        return graph
-
-
-def _check_shape(x: torch.Tensor, captured: torch.Tensor, which: str) -> None:
-    if x.shape != captured.shape:
-        shape, on = tuple(x.shape), tuple(captured.shape)
-        raise ValueError(f"a batch of shape {shape}; the {which} graph was captured on {on}")
+        self.graph, self.sums = graph, training.sums
+        self.signature = signature(training.model, training.optimizers)  # with the state the warm-up made
+        self._kept = _kept_tensors(training.model, training.optimizers)
+        self.captures += 1
 
 
 def capture(work: Callable[[], T], stream: torch.cuda.Stream) -> tuple[torch.cuda.CUDAGraph, T]:

@@ -66,36 +66,28 @@ class DevicePasses:
             sums = self.training_graph.open_epoch(model, optimizers)
             return TrainingEpoch(model, optimizers, self.amp, scaler, forward, sums, autocast_cache=False)
 
-    @property
-    def block_steps(self) -> int:
-        """How many consecutive batches `train_block` takes at once to train them as one graph
-        (1 where the training step is not graphed)."""
-        return 1 if self.training_graph is None else self.training_graph.block_steps
-
-    def train_block(self, training: TrainingEpoch, xs: torch.Tensor, ys: torch.Tensor) -> None:
-        """Consecutive optimisation steps on the batches stacked in `xs`, `ys` (no host-device
-        sync). On CUDA they are copied to the env's stream without blocking, once the producing
-        stream's work is done, and recorded there so their memory is not reused while the env
-        still reads it."""
+    def train_step(self, training: TrainingEpoch, x: torch.Tensor, y: torch.Tensor) -> None:
+        """One optimisation step (no host-device sync). On CUDA the batch is copied to the env's
+        stream without blocking, once the producing stream's work is done, and recorded there so
+        its memory is not reused while the env still reads it."""
         if self.stream is None:
-            self._steps(training, xs.to(self.device), ys.to(self.device))
+            self._step(training, x.to(self.device), y.to(self.device))
             return
-        producer = torch.cuda.current_stream(xs.device) if xs.is_cuda else None
+        producer = torch.cuda.current_stream(x.device) if x.is_cuda else None
         with torch.cuda.stream(self.stream):
             if producer is not None:
                 self.stream.wait_stream(producer)
-            xs = xs.to(self.device, non_blocking=True)
-            ys = ys.to(self.device, non_blocking=True)
-            xs.record_stream(self.stream)
-            ys.record_stream(self.stream)
-            self._steps(training, xs, ys)
+            x = x.to(self.device, non_blocking=True)
+            y = y.to(self.device, non_blocking=True)
+            x.record_stream(self.stream)
+            y.record_stream(self.stream)
+            self._step(training, x, y)
 
-    def _steps(self, training: TrainingEpoch, xs: torch.Tensor, ys: torch.Tensor) -> None:
-        if self.training_graph is not None:
-            self.training_graph.steps(training, xs, ys)
-            return
-        for x, y in zip(xs, ys, strict=True):
+    def _step(self, training: TrainingEpoch, x: torch.Tensor, y: torch.Tensor) -> None:
+        if self.training_graph is None:
             training.step(x, y)
+        else:
+            self.training_graph.step(training, x, y)
 
     def measure(self, model: MorphogeneticModel) -> ValidationStats:
         """The selection split with every blended seed's counterfactual, BatchNorm statistics
