@@ -224,7 +224,9 @@ def main() -> int:
     parser.add_argument("--ddp-envs", type=int, default=2, help="envs per rank in the DDP measurement")
     parser.add_argument("--out", type=Path, default=None, help="also write the JSON here")
     parser.add_argument("--python-profile", type=int, default=0, help="print a cProfile of one epoch of N envs")
+    parser.add_argument("--cudnn-benchmark", action="store_true", help="let cuDNN time its kernels per shape")
     args = parser.parse_args()
+    torch.backends.cudnn.benchmark = args.cudnn_benchmark
     device = torch.device(args.device)
     counts = [int(n) for n in args.envs.split(",")]
     eager_counts = [int(n) for n in (args.eager_envs or args.envs).split(",")]
@@ -238,6 +240,7 @@ def main() -> int:
         "threads": torch.get_num_threads(),
         "cpu_count": os.cpu_count(),
         **torch_build(),
+        "cudnn_benchmark": args.cudnn_benchmark,
         "host_epochs_per_second": {},
         "phases": {},
     }
