@@ -158,12 +158,17 @@ def test_a_demonstrated_action_the_masks_forbid_is_refused() -> None:
 @pytest.mark.slow
 def test_ppo_clones_the_heuristic_within_its_blueprints(workdir: Path, capsys, monkeypatch) -> None:
     """The warm start's heuristic germinated the tuned order's first blueprint whatever
-    `--blueprints` allowed (the action NLL printed as inf)."""
+    `--blueprints` allowed (the action NLL printed as inf). It grows within them, and says which
+    blueprints of its order it leaves out."""
     monkeypatch.setitem(TASKS, "shapes", plateau_task(tiny_shapes_task()))  # the heuristic grows at once
     argv = ["ppo", "--episodes", "1", "--n-envs", "1", "--max-epochs", "10", "--clone-episodes", "1"]
     assert main([*argv, "--clone-steps", "5", "--blueprints", "depthwise", "--run-dir", "run"]) == 0
-    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("warm start: cloned"))
+    out, err = capsys.readouterr()
+    line = next(x for x in out.splitlines() if x.startswith("warm start: cloned"))
     assert "inf" not in line, line
+    left_out = [b for b in tuned_heuristic("shapes").blueprint_order if b != "depthwise"]
+    assert left_out and f"--blueprints leaves out {', '.join(left_out)}" in err
+    assert "the teacher grows depthwise\n" in err
 
 
 def test_the_warm_start_clones_the_heuristic_of_the_run_s_knobs(workdir: Path, capsys, monkeypatch) -> None:

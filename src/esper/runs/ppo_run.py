@@ -488,6 +488,8 @@ def warm_start(run: PPORun, envs: MorphogeneticEnvs, learner: Learner, quiet: bo
     first = max([run.config.rng_seed + run.config.episodes, *(seed + 1 for seed in envs.trained_rng_seeds)])
     first_episode = first - run.config.rng_seed  # a demonstration's episode number is its seed's, as in PPO
     teacher_name, teacher, teacher_record = cloning_teacher(run, envs, learner)
+    if (narrowed := narrowed_teacher(teacher)) and not quiet:
+        print(f"warm start: {narrowed}", file=sys.stderr, flush=True)
     demos = []
     for i in range(n):
         demos.append(demonstrate(envs.all_envs[0], teacher, envs.spaces, envs.reward, first + i, first_episode + i))
@@ -533,6 +535,20 @@ def warm_start(run: PPORun, envs: MorphogeneticEnvs, learner: Learner, quiet: bo
             f"{after.action_nll:.3f}",
             flush=True,
         )
+
+
+def narrowed_teacher(teacher: Controller) -> str | None:
+    """Which blueprints of a heuristic teacher's order the run's `--blueprints` leave out, and what
+    it grows instead, or None. A policy cloned from it never sees those: the run says so."""
+    if not isinstance(teacher, HeuristicController):
+        return None
+    left_out = [b for b in teacher.config.blueprint_order if b not in teacher.rotation]
+    if not left_out:
+        return None
+    grows = ", ".join(teacher.rotation)
+    return (
+        f"--blueprints leaves out {', '.join(left_out)} of the heuristic's blueprint_order; the teacher grows {grows}"
+    )
 
 
 SIGN_CULLS_TEACHER = (
