@@ -368,3 +368,21 @@ def test_compute_at_matched_width_takes_its_episodes(widths: dict[str, int], mon
     every = [(name, seed) for name in ("compute", "matched") for seed in (0, 1)]
     assert sorted((r["controller"], r["seed"]) for r in results) == every
     assert ("the episodes of matched" in capsys.readouterr().out) is shared
+
+
+@pytest.mark.parametrize("command", ["eval", "grow"])
+def test_naive_growth_need_fit_only_the_slots_it_may_use(tiny_shapes, workdir: Path, command: str) -> None:
+    """At width 2 `widen_25` fits `mid` and `late` but not `early`: restricted to those two by
+    `--slots`, naive growth is a valid controller (it was refused, naming `early`)."""
+    from esper.runs.grow_run import resolve_growth
+    from esper.scripts.cli import build_parser
+
+    controller = ["--controllers", "naive:widen_25@1", "--seeds", "0:1"] if command == "eval" else []
+    controller = controller or ["--controller", "naive:widen_25@1"]
+    argv = [command, *controller, "--host.width", "2", "--max-epochs", "2"]
+    args, rest = build_parser().parse_known_args([*argv, "--slots", "mid", "late"])
+    run = eval_run.resolve_eval(args, rest) if command == "eval" else resolve_growth(args, rest)
+    assert run is not None
+    args, rest = build_parser().parse_known_args(argv)
+    with pytest.raises(eval_run.UsageError, match="slot 'early'"):
+        eval_run.resolve_eval(args, rest) if command == "eval" else resolve_growth(args, rest)

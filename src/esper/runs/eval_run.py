@@ -225,7 +225,11 @@ def naive_schedule(name: str, path: str) -> tuple[str, int]:
 
 
 def resolve_controllers(
-    names: list[str] | None, task: TaskSpec, seeds: tuple[int, ...], host_width: int | None = None
+    names: list[str] | None,
+    task: TaskSpec,
+    seeds: tuple[int, ...],
+    host_width: int | None = None,
+    slots: Sequence[str] | None = None,
 ) -> tuple[ControllerSpec, ...]:
     if not names:
         raise UsageError(f"--controllers is required: one or more of: {CONTROLLER_HELP}")
@@ -236,7 +240,7 @@ def resolve_controllers(
         if sized in {s.kind for s in specs} and not any(s.grows for s in specs):
             raise UsageError(f"--controllers: {sized} needs a growing controller (heuristic, random or policy:PATH)")
     for spec in specs:
-        check_controller(spec, task, seeds, host_width=host_width)
+        check_controller(spec, task, seeds, host_width=host_width, slots=slots)
     return specs
 
 
@@ -246,10 +250,12 @@ def check_controller(
     seeds: tuple[int, ...],
     flag: str = "--controllers",
     host_width: int | None = None,
+    slots: Sequence[str] | None = None,
 ) -> None:
     """What a controller reads loads: a policy fits the task and never trained on `seeds`; a
-    heuristic file holds valid knobs; naive growth's blueprint fits every slot of the host at
-    `host_width` (`flag`: the option that named it, for the error)."""
+    heuristic file holds valid knobs; naive growth's blueprint fits each slot it grows in (the
+    run's `slots`, default every slot) of the host at `host_width` (`flag`: the option that named
+    it, for the error)."""
     if spec.kind == "policy":
         check_policy(spec, task, seeds, flag)
     if spec.kind == "heuristic" and spec.path:
@@ -259,7 +265,8 @@ def check_controller(
             raise UsageError(f"heuristic:{spec.path}: {exc}") from None
     if spec.kind == "naive":
         blueprint, _ = naive_schedule(spec.name, spec.path or "")
-        check_blueprints_fit(task, host_width, [s.name for s in task.slot_ids], [blueprint], f"{flag} {spec.name}")
+        grown_in = slots or [s.name for s in task.slot_ids]
+        check_blueprints_fit(task, host_width, grown_in, [blueprint], f"{flag} {spec.name}")
 
 
 def check_policy(spec: ControllerSpec, task: TaskSpec, seeds: tuple[int, ...], flag: str = "--controllers") -> None:
@@ -352,7 +359,7 @@ def resolve_eval(args: argparse.Namespace, rest: Sequence[str] = ()) -> EvalRun:
         task, knobs["heuristic"], settings["blueprints"], knobs["host"].width, slots
     )
     seeds = parse_seeds(settings["seeds"])
-    controllers = resolve_controllers(settings["controllers"], task, seeds, knobs["host"].width)
+    controllers = resolve_controllers(settings["controllers"], task, seeds, knobs["host"].width, slots)
     for spec in controllers:
         check_heuristic_fits(task, spec, knobs["heuristic"], blueprints, knobs["host"].width, slots)
     max_epochs = task.max_epochs if settings["max_epochs"] is None else settings["max_epochs"]

@@ -119,8 +119,9 @@ def resolve_growth(args: argparse.Namespace, rest: Sequence[str] = ()) -> Growth
     settings = merge_settings(defaults, file_settings, args=args)
     task = resolve_task(settings["task"])
     knobs = parse_knobs(HEURISTIC_GROUPS, rest, over_tuned_heuristic(task.name, file_knobs))
-    controller = resolve_grow_controller(settings.get("controller", "heuristic"), task, knobs["host"].width)
     task = knobs["host"].apply(task)
+    slots = resolve_slots(task, settings["slots"])
+    controller = resolve_grow_controller(settings.get("controller", "heuristic"), task, knobs["host"].width, slots)
     episodes, rng_seed = settings["episodes"], settings["seed"]
     check_minimum("--episodes", episodes, 1)
     check_minimum("--seed", rng_seed, 0)
@@ -131,7 +132,6 @@ def resolve_growth(args: argparse.Namespace, rest: Sequence[str] = ()) -> Growth
     check_minimum("--max-epochs", max_epochs, 1)
     device = resolve_device_arg(settings["device"])
     apply_deterministic(settings)
-    slots = resolve_slots(task, settings["slots"])
     blueprints = resolve_heuristic_blueprints(
         task, knobs["heuristic"], settings["blueprints"], knobs["host"].width, slots
     )
@@ -181,7 +181,9 @@ def resumed_episodes(
     return finished_episodes(run_dir, config, episodes)
 
 
-def resolve_grow_controller(text: str, task: TaskSpec, host_width: int | None) -> ControllerSpec:
+def resolve_grow_controller(
+    text: str, task: TaskSpec, host_width: int | None, slots: Sequence[str] | None = None
+) -> ControllerSpec:
     """The controller of a `grow` run: any of `eval`'s but `matched` and `compute` (which are
     sized after the other controllers of an eval); a policy must fit the task."""
     try:
@@ -190,7 +192,7 @@ def resolve_grow_controller(text: str, task: TaskSpec, host_width: int | None) -
         spec = None
     if spec is None or spec.kind in SIZED_STATICS:
         raise UsageError(f"--controller: unknown controller {text!r}; choose from: {GROW_CONTROLLERS}")
-    check_controller(spec, task, seeds=(), flag="--controller", host_width=host_width)
+    check_controller(spec, task, seeds=(), flag="--controller", host_width=host_width, slots=slots)
     return spec
 
 
