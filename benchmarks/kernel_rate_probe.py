@@ -2,10 +2,10 @@
 
 With CUDA graphs a `shapes` env-epoch is about 10,000 small kernels (batches of 100 16x16 images
 through an 8-channel host) and one env runs them as one dependent chain. Eight envs on their own
-streams ran 2.8 times one env on an H100 and an H200, and 16 or 32 envs no faster than 8, although
-the CPU then queued an epoch's work in a fifth of its time (`phases` in `scaling.py`). If the GPU
-runs at most so many small kernels per second whatever the streams, that ceiling, not the CPU,
-caps envs of this size, and only fewer kernels per env-epoch (envs batched into one kernel) lift it.
+streams ran 2.4 to 2.8 times one env on an H100 and an H200, even when the CPU queued an epoch's
+work in a fifth of the epoch (`phases` in `scaling.py`, ten steps per graph). If the GPU ran at
+most so many small kernels per second whatever the streams, that ceiling would cap envs of this
+size, and only fewer kernels per env-epoch (envs batched into one kernel) would lift it.
 
 Each stream replays its own CUDA graph of `--kernels` in-place adds on a tensor of `--elements`
 floats (by default the size of the host's first activations: 100 x 8 x 16 x 16), chained as a
@@ -66,6 +66,8 @@ def main() -> int:
     if not torch.cuda.is_available():
         parser.error("this probe needs a CUDA device, and torch sees none")
     counts = [int(n) for n in args.streams.split(",")]
+    if counts[0] != 1:
+        parser.error(f"--streams {args.streams}: the first count is the one the others are divided by; start at 1")
     figures: dict = {
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "device_name": torch.cuda.get_device_name(),

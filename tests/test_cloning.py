@@ -167,8 +167,21 @@ def test_ppo_clones_the_heuristic_within_its_blueprints(workdir: Path, capsys, m
     line = next(x for x in out.splitlines() if x.startswith("warm start: cloned"))
     assert "inf" not in line, line
     left_out = [b for b in tuned_heuristic("shapes").blueprint_order if b != "depthwise"]
-    assert left_out and f"--blueprints leaves out {', '.join(left_out)}" in err
+    assert left_out and f"leave out {', '.join(left_out)} of the heuristic's blueprint_order" in err
     assert "the teacher grows depthwise\n" in err
+
+
+def test_a_narrowed_teacher_is_named_whatever_its_order_came_from() -> None:
+    """The default order (knobs without one, as on every task but `shapes`) is narrowed alike, and
+    a teacher that grows its whole order is not mentioned."""
+    from esper.runs.ppo_run import narrowed_teacher
+
+    thresholds = make_env(max_epochs=1).config.thresholds
+    default = HeuristicController(Topology.CNN, SLOTS, ("depthwise",), HeuristicConfig(), thresholds)
+    message = narrowed_teacher(default)
+    assert message is not None and "conv_heavy" in message and message.endswith("the teacher grows depthwise")
+    whole = HeuristicController(Topology.CNN, SLOTS, None, HeuristicConfig(blueprint_order=("conv_light",)), thresholds)
+    assert narrowed_teacher(whole) is None
 
 
 def test_the_warm_start_clones_the_heuristic_of_the_run_s_knobs(workdir: Path, capsys, monkeypatch) -> None:

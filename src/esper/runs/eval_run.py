@@ -134,9 +134,9 @@ EPISODE_KEYS = (
 every seed module the episode grew (slot, blueprint, stage history with epochs, final stage)."""
 CONTROLLER_HELP = (
     "static matched compute heuristic[:FILE] naive:BLUEPRINT@EPOCH random policy:PATH|NAME (a shipped policy, "
-    "e.g. policy:shapes); naive: grow BLUEPRINT once in every slot from EPOCH on and keep what the gates pass; "
-    "matched: a static host of the growing controllers' mean final size; compute: a static host whose whole "
-    "run costs the growing controllers' mean training FLOPs"
+    "e.g. policy:shapes); naive: grow BLUEPRINT once in every enabled slot (--slots) from EPOCH on and keep "
+    "what the gates pass; matched: a static host of the growing controllers' mean final size; compute: a "
+    "static host whose whole run costs the growing controllers' mean training FLOPs"
 )
 SIZED_STATICS = ("matched", "compute")
 """Static hosts whose width is chosen after the growing controllers have run."""

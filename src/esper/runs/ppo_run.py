@@ -74,6 +74,7 @@ from esper.simic.distributed import SINGLE_PROCESS, DistContext, init_distribute
 from esper.simic.loop import Learner
 from esper.simic.morphogenetic_envs import MorphogeneticEnvs, TrainerConfig, build_trainer, run_round
 from esper.tamiyo import HeuristicController, PolicySpaces, trained_policy_path
+from esper.tamiyo.heuristic import heuristic_rotation
 from esper.tolaria import DEFAULT_TASK, EnvConfig, TaskSpec
 from esper.tolaria.datasets import TaskData
 from esper.tolaria.episode import Controller
@@ -538,16 +539,19 @@ def warm_start(run: PPORun, envs: MorphogeneticEnvs, learner: Learner, quiet: bo
 
 
 def narrowed_teacher(teacher: Controller) -> str | None:
-    """Which blueprints of a heuristic teacher's order the run's `--blueprints` leave out, and what
-    it grows instead, or None. A policy cloned from it never sees those: the run says so."""
+    """Which blueprints of a heuristic teacher's order (its knobs', else the default one) the
+    policy's blueprints leave out, and what it grows instead, or None. A policy cloned from it
+    never sees those: the run says so."""
     if not isinstance(teacher, HeuristicController):
         return None
-    left_out = [b for b in teacher.config.blueprint_order if b not in teacher.rotation]
+    order = heuristic_rotation(teacher.topology, teacher.config.blueprint_order, None)
+    left_out = [b for b in order if b not in teacher.rotation]
     if not left_out:
         return None
     grows = ", ".join(teacher.rotation)
     return (
-        f"--blueprints leaves out {', '.join(left_out)} of the heuristic's blueprint_order; the teacher grows {grows}"
+        f"the policy's blueprints (--blueprints; default: the residual ones) leave out {', '.join(left_out)} "
+        f"of the heuristic's blueprint_order; the teacher grows {grows}"
     )
 
 
