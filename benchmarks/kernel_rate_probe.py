@@ -56,18 +56,32 @@ def kernels_per_second(n_streams: int, elements: int, kernels: int, replays: int
     return n_streams * kernels * replays / (time.perf_counter() - start)
 
 
+def positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of at least 1")
+    return int(text)
+
+
+def stream_counts(text: str) -> list[int]:
+    """Comma-separated counts, starting at 1: the others are divided by it."""
+    counts = [positive(n) for n in text.split(",")]
+    if counts[0] != 1:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} starts at {counts[0]}; start at 1, the count the others are divided by"
+        )
+    return counts
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--streams", default="1,2,4,8,16")
-    parser.add_argument("--kernels", type=int, default=1000, help="kernels per graph")
-    parser.add_argument("--replays", type=int, default=20, help="timed replays per stream")
-    parser.add_argument("--elements", type=int, default=100 * 8 * 16 * 16, help="floats each kernel adds to")
+    parser.add_argument("--streams", type=stream_counts, default="1,2,4,8,16", help="stream counts, from 1")
+    parser.add_argument("--kernels", type=positive, default=1000, help="kernels per graph")
+    parser.add_argument("--replays", type=positive, default=20, help="timed replays per stream")
+    parser.add_argument("--elements", type=positive, default=100 * 8 * 16 * 16, help="floats each kernel adds to")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         parser.error("this probe needs a CUDA device, and torch sees none")
-    counts = [int(n) for n in args.streams.split(",")]
-    if counts[0] != 1:
-        parser.error(f"--streams {args.streams}: the first count is the one the others are divided by; start at 1")
+    counts = args.streams
     figures: dict = {
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "device_name": torch.cuda.get_device_name(),

@@ -230,9 +230,9 @@ def main() -> int:
     device = torch.device(args.device)
     counts = [int(n) for n in args.envs.split(",")]
     eager_counts = [int(n) for n in (args.eager_envs or args.envs).split(",")]
-    paths = tuple(args.paths.split(",")) if device.type == "cuda" else ("eager",)
-    if unknown := [p for p in paths if p not in PATHS]:
+    if unknown := [p for p in args.paths.split(",") if p not in PATHS]:
         parser.error(f"--paths {','.join(unknown)}: choose from {','.join(PATHS)}")
+    paths = tuple(args.paths.split(",")) if device.type == "cuda" else ("eager",)
     figures: dict = {
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "device": str(device),
