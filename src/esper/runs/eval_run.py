@@ -750,8 +750,8 @@ def run_eval(run: EvalRun) -> dict[str, Any]:
     write_json_atomic(run.run_dir / "config.json", run.config)
     first = [s for s in run.controllers if s.kind not in SIZED_STATICS]
     print(
-        f"esper eval: task {run.task.name}, {len(run.controllers)} controllers x {len(run.seeds)} seeds "
-        f"({run.seeds[0]}..{run.seeds[-1]}) x {run.env.max_epochs} epochs, {run.workers} workers, "
+        f"esper eval: task {run.task.name}, {len(run.controllers)} controller(s) x {len(run.seeds)} seeds "
+        f"({run.seeds[0]}..{run.seeds[-1]}) x {run.env.max_epochs} epochs, {run.workers} worker(s), "
         f"run dir {run.run_dir}",
         flush=True,
     )
