@@ -9,10 +9,7 @@ channels, scaled to each layer's fan-in. Each host's weights keep PyTorch's defa
 (uniform in +-1/sqrt(fan_in)), so the expected difference of a pair is unchanged; only its
 spread can shrink. The pilot (README, "Every approach tried") found that it shrinks too little.
 
-    esper eval --task experiments.growth-frontier.nested_init_task:shapes_nested ...
-
-needs the folder on the import path: `PYTHONPATH=experiments/growth-frontier` and the task
-`nested_init_task:shapes_nested`.
+    PYTHONPATH=experiments/growth-frontier esper eval --task nested_init_task:shapes_nested ...
 """
 
 from __future__ import annotations
