@@ -5,6 +5,8 @@ that trained it."""
 from __future__ import annotations
 
 import json
+import re
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -46,7 +48,6 @@ def test_the_shapes_policy_is_the_recipe_script_s_run() -> None:
         "--seed": settings["seed"],
         "--clone-episodes": settings["clone_episodes"],
         "--clone-steps": settings["clone_steps"],
-        "--slots": " ".join(settings["slots"]),
         "--blueprints": " ".join(settings["blueprints"]),
         "--episodes": settings["episodes"],
         "--n-envs": settings["n_envs"],
@@ -54,8 +55,19 @@ def test_the_shapes_policy_is_the_recipe_script_s_run() -> None:
         "--ppo.ent_coef_final": f"{knobs['ppo']['ent_coef_final']:g}",
         "--reward.static_baseline": str(knobs["reward"]["static_baseline"]).lower(),
     }
+    if settings["slots"] is None:  # every slot, the default
+        flags["--slots"] = None
+    else:
+        flags["--slots"] = " ".join(settings["slots"])
     for flag, value in flags.items():
-        assert f"{flag} {value}" in script, f"{flag} {value}"
+        if value is None:
+            assert flag not in script, flag
+        else:
+            assert f"{flag} {value}" in script, f"{flag} {value}"
+    config = re.search(r"--config (\S+)", script)
+    assert config is not None, "the recipe names its teacher's knobs"
+    teacher = tomllib.loads((REPO / config.group(1)).read_text())["heuristic"]
+    assert {k: knobs["heuristic"][k] for k in teacher} == teacher, "the teacher cloned had the file's knobs"
     assert settings["clone_teacher"] == "heuristic" and settings["clone_decisions"] == "all"
     assert settings["init_policy"] is None and "--init-policy" not in script
     seeds = {int(s) for s in payload["training_seeds"]}

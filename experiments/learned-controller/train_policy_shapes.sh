@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# The recipe behind `policy:shapes`, from scratch (50 to 55 minutes on two CPU cores):
+# The recipe behind `policy:shapes`, from scratch (about 90 minutes on one CPU core):
 #
 #   bash experiments/learned-controller/train_policy_shapes.sh [RUN_DIR]      (default runs/policy-shapes)
 #
-# Recipe v12 in the README: a soft behaviour clone of the tuned heuristic (6 episodes, 100 Adam
-# steps), then 32 PPO episodes in 4 envs against a paired static twin, with a constant entropy
-# bonus, acting only with conv_heavy in early and mid. The policy is
+# Recipe v23w in the README: a soft behaviour clone of the heuristic tuned with width seeds
+# (experiments/growth-frontier/heuristic_shapes_width.toml; 6 episodes, 100 Adam steps), then 32
+# PPO episodes in 4 envs against a paired static twin, with a constant entropy bonus, acting with
+# widen_50, widen_25 and conv_heavy in all three slots. The policy is
 # RUN_DIR/checkpoints/round-0008.pt (use it as policy:PATH). Its floating-point results depend on
 # the CPU's kernels: another machine gives another draw of the recipe.
 # ESPER names the program to run (default: esper on the PATH), e.g. ESPER=.venv/bin/esper.
@@ -15,6 +16,7 @@ set -euo pipefail
 run_dir="${1:-runs/policy-shapes}"
 esper="${ESPER:-esper}"
 "$esper" ppo --episodes 32 --n-envs 4 --clone-episodes 6 --clone-steps 100 --seed 12000 \
-    --slots early mid --blueprints conv_heavy --reward.static_baseline true \
+    --config experiments/growth-frontier/heuristic_shapes_width.toml \
+    --blueprints widen_50 widen_25 conv_heavy --reward.static_baseline true \
     --ppo.ent_coef 0.05 --ppo.ent_coef_final 0.05 --run-dir "$run_dir"
 echo "policy: $run_dir/checkpoints/round-0008.pt"
