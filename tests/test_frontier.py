@@ -134,7 +134,7 @@ def test_held_heuristic_episodes_of_other_knobs_are_refused(tmp_path: Path, caps
     held[1]["heuristic"] = dict(today, warmup_epochs=today["warmup_epochs"] + 1)
     log = tmp_path / "episodes.jsonl"
     log.write_text("".join(json.dumps(r) + "\n" for r in held))
-    frontier.check_held_knobs(task, held[:1], [frontier.Arm("heuristic", 8)], log)  # today's knobs: reused
+    frontier.check_held_arms(task, held[:1], [frontier.Arm("heuristic", 8)], log)  # today's knobs: reused
     before = log.read_text()
     argv = ["--seeds", "0:2", "--widths", "2:4", "--start-widths", "8", "--arms", "heuristic"]
     assert frontier.main([*argv, "--out-dir", str(tmp_path)]) == 2
@@ -143,16 +143,49 @@ def test_held_heuristic_episodes_of_other_knobs_are_refused(tmp_path: Path, caps
     assert log.read_text() == before and sorted(p.name for p in tmp_path.iterdir()) == ["episodes.jsonl"]
 
 
+def test_held_policy_episodes_of_another_policy_are_refused(tmp_path: Path, capsys) -> None:
+    """A policy shipped again under the same name must not be paired with the old one's episodes
+    (the frontier took v12's held `policy:shapes` rows for v23w's): one line, exit 2."""
+    task = frontier.get_task("shapes")
+    today = frontier.policy_sha256(frontier.trained_policy_path("shapes"))
+    held = rows("policy:shapes", 8, 200, 15.0, [63.0, 64.0, 65.0])
+    held[0]["policy_sha256"] = today
+    held[1]["policy_sha256"] = "0" * 64
+    frontier.check_held_arms(task, held[:1], [frontier.Arm("policy:shapes", 8)], tmp_path)  # today's: reused
+    for other in (held[1], held[2]):  # another policy's, and one that recorded none
+        with pytest.raises(frontier.UsageError, match=r"1 held episodes of arm 'policy:shapes' .* another policy"):
+            frontier.check_held_arms(task, [held[0], other], [frontier.Arm("policy:shapes", 8)], tmp_path)
+    log = tmp_path / "episodes.jsonl"
+    log.write_text("".join(json.dumps(r) + "\n" for r in held))
+    before = log.read_text()
+    argv = ["--seeds", "0:2", "--widths", "2:4", "--start-widths", "8", "--arms", "policy:shapes"]
+    assert frontier.main([*argv, "--out-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and "2 held episodes of arm 'policy:shapes'" in err[0] and "move them aside" in err[0]
+    assert log.read_text() == before and sorted(p.name for p in tmp_path.iterdir()) == ["episodes.jsonl"]
+
+
+def test_a_policy_arm_records_the_hash_of_the_policy_that_played() -> None:
+    result = {"seed": 0, "test_accuracy": 60.0, "test_loss": 1.0, "host_params": 10, "seed_params": 0,
+              "train_gflops": 1.0, "measure_gflops": 0.1, "seconds": 1.0, "grown_seeds": [],
+              "policy_sha256": "ab"}  # fmt: skip
+    row = frontier.row_of(frontier.Arm("policy:shapes", 8), result, "test", None)
+    assert row["policy_sha256"] == "ab"
+    del result["policy_sha256"]  # a controller with no policy records none
+    assert "policy_sha256" not in frontier.row_of(frontier.Arm("naive", 8), result, "test", None)
+
+
 @pytest.mark.parametrize("task_name", ["shapes", "pydoc"])
 def test_the_committed_records_are_ones_the_frontier_reuses_today(task_name: str) -> None:
     """From a fresh clone, `frontier.py --task pydoc` refused its own held episodes: their
-    heuristic rows had no knobs. A tuned heuristic that changes fails here too: move the rows
-    aside and run them again (the growth-frontier README says how)."""
+    heuristic rows had no knobs. A tuned heuristic that changes, or a policy shipped again, fails
+    here too: move the rows aside and run them again (the growth-frontier README says how)."""
     task = get_task(task_name)
     log = frontier.RESULTS / task_name / "episodes.jsonl"
     held = [json.loads(line) for line in log.read_text().splitlines()]
-    arms = [frontier.Arm(name, task.host_width) for name in ("heuristic", "heuristic+width")]
-    frontier.check_held_knobs(task, held, arms, log)
+    names = ["heuristic", "heuristic+width"] + (["policy:shapes"] if task_name == "shapes" else [])
+    arms = [frontier.Arm(name, task.host_width) for name in names]
+    frontier.check_held_arms(task, held, arms, log)
     assert any(r["arm"] == "heuristic" for r in held)
 
 

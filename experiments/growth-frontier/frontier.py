@@ -23,8 +23,9 @@ the static width of the sweep nearest its final size and the one nearest its tra
 Episodes run in worker processes of one thread each, through `esper eval`'s own episode path,
 and each is appended to `<out-dir>/episodes.jsonl` as it ends: run the same command again to
 continue a stopped frontier, or with more seeds to extend it (the episodes held are reused). A
-heuristic arm's episodes record its knobs: held ones of other knobs (the heuristic tuned again
-since) are refused, not mixed in. `repeat_held.py` checks that new code repeats held episodes.
+heuristic arm's episodes record its knobs and a policy arm's the hash of its policy: held ones
+of other knobs (the heuristic tuned again since) or of another policy (shipped again under the
+same name) are refused, not mixed in. `repeat_held.py` checks that new code repeats held episodes.
 Writes `<out-dir>/frontier_seedsA-B.json` and `.png` for the seeds asked for. The default
 `<out-dir>` is `experiments/growth-frontier/results/<task>`.
 
@@ -59,6 +60,7 @@ from esper.runs.common import UsageError, torch_build
 from esper.runs.config import HostTraining, jsonable
 from esper.runs.eval_run import ControllerSpec, EpisodeJob, naive_schedule, parse_seeds, run_one
 from esper.runs.grow_run import DEFAULT_MAX_GERMINATIONS
+from esper.simic.checkpoint import policy_sha256
 from esper.tamiyo import PREFERRED_BLUEPRINTS, HeuristicConfig, trained_policy_path, tuned_heuristic
 from esper.tolaria import TASKS, EnvConfig, TaskSpec, get_task
 
@@ -167,8 +169,10 @@ def code_version() -> str:
 
 
 def row_of(arm: Arm, result: dict[str, Any], version: str, heuristic: HeuristicConfig | None) -> dict[str, Any]:
-    """An episode's line in `episodes.jsonl`; a heuristic arm's carries its knobs, so episodes of
-    other knobs (a heuristic tuned again) are never taken for today's (`check_held_knobs`)."""
+    """An episode's line in `episodes.jsonl`; a heuristic arm's carries its knobs and a policy
+    arm's the hash of the policy that played, so episodes of other knobs (a heuristic tuned again)
+    or of another policy (one shipped again under the same name) are never taken for today's
+    (`check_held_arms`)."""
     return {
         "code": version,
         "arm": arm.name,
@@ -182,30 +186,41 @@ def row_of(arm: Arm, result: dict[str, Any], version: str, heuristic: HeuristicC
         "seconds": result["seconds"],
         "kept": [f"{s['slot']}:{s['blueprint']}" for s in result["grown_seeds"] if s["final_stage"] == "FOSSILIZED"],
         "heuristic": None if heuristic is None else jsonable(heuristic),
+        **({"policy_sha256": result["policy_sha256"]} if "policy_sha256" in result else {}),
     }
 
 
-def check_held_knobs(task: TaskSpec, rows: list[dict[str, Any]], arms: list[Arm], log: Path) -> None:
-    """Held episodes of a heuristic arm must have run with the knobs it runs with today; a
-    `UsageError` otherwise (the frontier would pair old knobs' episodes with new ones)."""
+def check_held_arms(task: TaskSpec, rows: list[dict[str, Any]], arms: list[Arm], log: Path) -> None:
+    """Held episodes of a heuristic arm must have run with the knobs it runs with today, and those
+    of a policy arm with the policy it loads today; a `UsageError` otherwise (the frontier would
+    pair old episodes with new ones under one name)."""
     for name in sorted({a.name for a in arms}):
         knobs = arm_heuristic(task, name)
-        if knobs is None:
-            continue
-        today = jsonable(knobs)
-        other = [r for r in rows if r["arm"] == name and r.get("heuristic") != today]
-        if other:
-            raise UsageError(
-                f"{len(other)} held episodes of arm {name!r} in {log} ran with other heuristic knobs than "
-                f"today's ({other[0].get('heuristic')} against {today}); move them aside, or give another --out-dir"
-            )
+        if knobs is not None:
+            today = jsonable(knobs)
+            other = [r for r in rows if r["arm"] == name and r.get("heuristic") != today]
+            if other:
+                raise UsageError(
+                    f"{len(other)} held episodes of arm {name!r} in {log} ran with other heuristic knobs than "
+                    f"today's ({other[0].get('heuristic')} against {today}); move them aside, or give another --out-dir"
+                )
+        if name.startswith("policy:"):
+            digest = policy_sha256(_policy_path(name))
+            other = [r for r in rows if r["arm"] == name and r.get("policy_sha256") != digest]
+            if other:
+                played = other[0].get("policy_sha256")
+                raise UsageError(
+                    f"{len(other)} held episodes of arm {name!r} in {log} were played by another policy than "
+                    f"today's (sha256 {played[:12] + '...' if played else 'not recorded'} against {digest[:12]}...); "
+                    "move them aside, or give another --out-dir"
+                )
 
 
 def run_episodes(task: TaskSpec, arms: list[Arm], seeds: list[int], epochs: int, workers: int, out: Path) -> list[dict]:
     """Every (arm, seed) episode not yet in `out/episodes.jsonl`, appended there as each ends."""
     log = out / "episodes.jsonl"
     rows = read_jsonl(log) if log.exists() else []
-    check_held_knobs(task, rows, arms, log)
+    check_held_arms(task, rows, arms, log)
     done = {(r["arm"], r["start_width"], r["seed"]) for r in rows}
     todo = [(a, s) for a in arms for s in seeds if (a.name, a.width, s) not in done]
     print(f"frontier: {len(rows)} episodes held, {len(todo)} to run, {workers} workers", file=sys.stderr, flush=True)

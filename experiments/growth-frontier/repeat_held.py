@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = read_jsonl(log)
         held = [held_row(rows, arm, args.start_width, args.seed) for arm in args.arms]
         arms = [frontier.Arm(row["arm"], row["start_width"]) for row in held]
-        frontier.check_held_knobs(task, held, arms, log)  # other knobs would differ for another reason
+        frontier.check_held_arms(task, held, arms, log)  # other knobs or policies would differ for another reason
         epochs = args.max_epochs or task.max_epochs
         jobs = [frontier.job(task, arm, row["seed"], epochs) for arm, row in zip(arms, held, strict=True)]
     except UsageError as exc:
