@@ -120,9 +120,19 @@ def test_a_heuristic_arm_records_its_knobs_and_runs_with_them() -> None:
 def test_the_width_arm_names_each_width_blueprint_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """A heuristic tuned with width blueprints already leading keeps one of each in the width arm."""
     tuned = frontier.HeuristicConfig(blueprint_order=("widen_50", "conv_heavy", "widen_25"))
-    monkeypatch.setattr(frontier, "tuned_heuristic", lambda name: tuned)
+    monkeypatch.setattr(frontier, "residual_heuristic", lambda task: tuned)
     width = frontier.arm_heuristic(frontier.get_task("shapes"), "heuristic+width")
     assert width.blueprint_order == ("widen_25", "widen_50", "conv_heavy")
+
+
+def test_the_shapes_heuristic_arms_keep_the_residual_search_s_knobs() -> None:
+    """The `shapes` default became the width search's winner; the frontier's heuristic arms keep
+    the residual search's knobs (its held episodes ran with them), and pydoc's its tuned ones."""
+    residual = json.loads((frontier.RESULTS.parents[2] / "tools/results/tune_heuristic_shapes.json").read_text())
+    shapes = frontier.arm_heuristic(frontier.get_task("shapes"), "heuristic")
+    assert shapes == frontier.HeuristicConfig().with_knobs(residual["best_knobs"])
+    assert shapes != frontier.tuned_heuristic("shapes"), "the shapes default moved on"
+    assert frontier.arm_heuristic(frontier.get_task("pydoc"), "heuristic") == frontier.tuned_heuristic("pydoc")
 
 
 def test_held_heuristic_episodes_of_other_knobs_are_refused(tmp_path: Path, capsys) -> None:

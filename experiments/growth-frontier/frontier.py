@@ -3,7 +3,8 @@
 Static hosts over a width sweep trace the front of what a fixed network reaches for its size and
 for its training compute. Growing arms start from a host on (or below) that front:
 
-- `heuristic`: the task's tuned heuristic with the residual blueprints (its default);
+- `heuristic`: the heuristic with the residual blueprints, with the knobs of the residual search
+  (on `shapes`, `heuristic_shapes_residual.toml`: the tuned default until 2026-11-27);
 - `heuristic+width`: the same knobs with the width blueprints first in its rotation
   (`widen_25`, `widen_50`), then the residual ones;
 - `naive`: naive growth, `widen_25` germinated once in every slot from epoch 5, kept wherever
@@ -47,6 +48,7 @@ import statistics
 import subprocess
 import sys
 import time
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +72,8 @@ NAIVE = "naive:widen_25@5"
 DEFAULT_WIDTHS = {"shapes": "4:13", "pydoc": "32:97:16"}
 """Static sweeps: shapes widths 4 to 12 (the default 8, half of it 4); pydoc d_model 32 to 96."""
 DEFAULT_ARMS = ("heuristic", "heuristic+width", "naive", "policy:shapes")
+RESIDUAL_KNOBS = {"shapes": Path(__file__).parent / "heuristic_shapes_residual.toml"}
+"""Where a task's heuristic arms keep knobs other than today's tuned default (`residual_heuristic`)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,13 +109,23 @@ def gate_thresholds(arm_name: str) -> GateThresholds:
         raise UsageError(f"--arms {arm_name!r}: {exc}") from None
 
 
+def residual_heuristic(task: TaskSpec) -> HeuristicConfig:
+    """The frontier's heuristic: the knobs of the residual search where the task's default has
+    moved on (shapes: the width search's winner since 2026-11-27), so the held episodes of its
+    heuristic arms stay today's; elsewhere the task's tuned heuristic."""
+    path = RESIDUAL_KNOBS.get(task.name)
+    if path is None:
+        return tuned_heuristic(task.name)
+    return HeuristicConfig().with_knobs(tomllib.loads(path.read_text(encoding="utf-8"))["heuristic"])
+
+
 def arm_heuristic(task: TaskSpec, arm_name: str) -> HeuristicConfig | None:
-    """The knobs a heuristic arm runs with (None for the other arms): the task's tuned heuristic,
-    with the width blueprints first for `heuristic+width`."""
+    """The knobs a heuristic arm runs with (None for the other arms): the residual heuristic
+    (`residual_heuristic`), with the width blueprints first for `heuristic+width`."""
     name = arm_name.partition("~")[0]
     if name not in ("heuristic", "heuristic+width"):
         return None
-    heuristic = tuned_heuristic(task.name)
+    heuristic = residual_heuristic(task)
     if name == "heuristic+width":
         rest = [b for b in heuristic.blueprint_order or PREFERRED_BLUEPRINTS[task.topology] if b not in WIDTH_FIRST]
         heuristic = dataclasses.replace(heuristic, blueprint_order=(*WIDTH_FIRST, *rest))
@@ -120,7 +134,7 @@ def arm_heuristic(task: TaskSpec, arm_name: str) -> HeuristicConfig | None:
 
 def job(task: TaskSpec, arm: Arm, seed: int, epochs: int) -> EpisodeJob:
     """The episode `esper eval` would run for this arm and seed."""
-    heuristic = arm_heuristic(task, arm.name) or tuned_heuristic(task.name)
+    heuristic = arm_heuristic(task, arm.name) or residual_heuristic(task)  # read by heuristic arms only
     blueprints = None
     name = arm.name.partition("~")[0]
     spec = ControllerSpec(name, "static")
