@@ -15,8 +15,10 @@ import pytest
 import torch
 
 from conftest import tree
+from esper.kasmina import Topology
+from esper.kasmina.blueprints import BLUEPRINTS, WIDTH_BLUEPRINTS
 from esper.scripts.cli import main
-from esper.tamiyo import PREFERRED_BLUEPRINTS
+from esper.tamiyo import tuned_heuristic
 from esper.tolaria import DATA_DIR_ENV, TASKS, TaskSpec
 from esper.tolaria.datasets import CIFAR10_TEST_FILE, CIFAR10_TRAIN_FILES
 
@@ -310,7 +312,8 @@ def check_summary_shape(summary: dict, task: str) -> None:
 
 
 def check_seed_entry(entry: dict, topology: str) -> None:
-    allowed = {bp for top, bps in PREFERRED_BLUEPRINTS.items() if top.value == topology for bp in bps}
+    kind = Topology(topology)
+    allowed = {*BLUEPRINTS[kind], *WIDTH_BLUEPRINTS[kind]}  # residual and width blueprints
     assert entry["blueprint"] in allowed
     history = entry["stage_history"]
     assert isinstance(history, list) and history
@@ -361,7 +364,9 @@ def test_subprocess_heuristic_run_on_default_task(tmp_path: Path) -> None:
     assert sorted(p.name for p in run_dir.iterdir()) == files
     config = json.loads((run_dir / "config.json").read_text())
     assert config["command_line"][-4:] == ["--max-epochs", "3", "--run-dir", str(run_dir)]
-    assert config["settings"]["max_epochs"] == 3 and config["knobs"]["heuristic"]["fossilize_threshold"] == 0.5
+    tuned = tuned_heuristic("shapes")  # the task's tuned knobs are the run's defaults
+    assert config["settings"]["max_epochs"] == 3
+    assert config["knobs"]["heuristic"]["fossilize_threshold"] == tuned.fossilize_threshold
     assert config["knobs"]["gates"]["blend_epochs"] == 3 and config["esper"]
 
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -393,7 +398,8 @@ def test_in_process_run_records_seeds(
 ) -> None:
     monkeypatch.setitem(TASKS, "shapes", plateau_task(shapes_task))
     run_dir = tmp_path / "run"
-    assert main(["heuristic", "--max-epochs", "12", "--episodes", "2", "--run-dir", str(run_dir)]) == 0
+    argv = ["heuristic", "--max-epochs", "12", "--episodes", "2", "--heuristic.warmup_epochs", "2"]
+    assert main([*argv, "--run-dir", str(run_dir)]) == 0  # a short warm-up: it grows in 12 epochs
     out, err = capsys.readouterr()
     assert "24/24" not in err and "error" not in err and "Traceback" not in err  # no bar off a terminal
     assert sum(line.startswith("[episode 0 epoch") and "val_acc" in line for line in out.splitlines()) == 12

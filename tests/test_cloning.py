@@ -510,6 +510,7 @@ def test_ppo_runs_an_anchored_cull_cloning_and_records_its_anchor(workdir: Path,
     monkeypatch.setitem(TASKS, "shapes", plateau_task(tiny_shapes_task()))  # the heuristic grows at once
     argv = ["ppo", "--episodes", "1", "--n-envs", "1", "--max-epochs", "12", "--seed", "5", "--clone-episodes", "1"]
     argv += ["--clone-decisions", "cull", "--clone-anchor", "2", "--clone-steps", "3", "--run-dir", "run"]
+    argv += ["--heuristic.warmup_epochs", "2"]  # it grows, and a seed reaches probation, in 12 epochs
     assert main(argv) == 0
     assert "cull decisions" in capsys.readouterr().out
     payload = torch.load(sorted(Path("run/checkpoints").glob("round-*.pt"))[-1], weights_only=True)

@@ -158,6 +158,7 @@ def test_a_policy_s_replay_keeps_its_episode_and_joins_its_keep_scores(workdir, 
     eval's, the same policy hash, and each reading carries the keep score eval records for it."""
     monkeypatch.setitem(TASKS, "shapes", plateau_task(tiny_shapes_task()))
     argv = ["ppo", "--episodes", "1", "--n-envs", "1", "--max-epochs", "12", "--seed", "5", "--clone-episodes", "2"]
+    argv += ["--heuristic.warmup_epochs", "2"]  # the teacher grows in 12 epochs
     assert main([*argv, "--clone-steps", "60", "--run-dir", "run", "--quiet"]) == 0
     checkpoint = sorted(Path("run/checkpoints").glob("round-*.pt"))[-1]
     module = load_script()

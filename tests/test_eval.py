@@ -343,6 +343,7 @@ def test_blueprints_restricts_what_the_heuristic_and_random_grow(workdir: Path, 
     monkeypatch.setitem(TASKS, "shapes", plateau_task(tiny_shapes_task()))  # the heuristic grows at once
     run_dir = tmp_path / "eval"
     argv = ["eval", "--controllers", "heuristic", "random", "--seeds", "0:2", "--blueprints", "depthwise"]
+    argv += ["--heuristic.warmup_epochs", "2"]  # the heuristic grows in 12 epochs
     assert main([*argv, "--max-epochs", "12", "--workers", "0", "--run-dir", str(run_dir)]) == 0
     report = json.loads((run_dir / "eval.json").read_text())
     for name in ("heuristic", "random"):

@@ -131,7 +131,7 @@ def test_a_heuristic_file_keeps_its_blueprint_order_without_the_flag(
     """`grow --controller heuristic:FILE` ran with the task's tuned order, not the file's."""
     monkeypatch.setitem(TASKS, "shapes", plateau_task(tiny_shapes_task()))
     knobs = tmp_path / "knobs.json"
-    knobs.write_text(json.dumps({"heuristic": {"blueprint_order": ["conv_light"]}}))
+    knobs.write_text(json.dumps({"heuristic": {"blueprint_order": ["conv_light"], "warmup_epochs": 2}}))
     argv = ["grow", "--controller", f"heuristic:{knobs}", "--max-epochs", "12", "--quiet", "--seed", "3"]
     assert main([*argv, "--run-dir", str(tmp_path / "run")]) == 0
     results = json.loads((tmp_path / "run" / "summary.json").read_text())["episode_results"]
