@@ -45,7 +45,13 @@ def heuristic_run(root: Path, name: str, device: str, epochs: int, deterministic
     run_dir = root / name
     start = time.perf_counter()
     summary = esper.runs.heuristic(
-        device=device, deterministic=deterministic or None, max_epochs=epochs, seed=3, run_dir=run_dir, quiet=True
+        device=device,
+        deterministic=deterministic or None,
+        max_epochs=epochs,
+        seed=3,
+        run_dir=run_dir,
+        quiet=True,
+        knobs={"heuristic": {"warmup_epochs": 2}},  # a short warm-up: it grows within --epochs
     )
     seconds = time.perf_counter() - start
     grown = torch.load(run_dir / "grown" / "episode-0000.pt", weights_only=False)["state_dict"]

@@ -162,6 +162,7 @@ def test_ppo_clones_the_heuristic_within_its_blueprints(workdir: Path, capsys, m
     blueprints of its order it leaves out."""
     monkeypatch.setitem(TASKS, "shapes", plateau_task(tiny_shapes_task()))  # the heuristic grows at once
     argv = ["ppo", "--episodes", "1", "--n-envs", "1", "--max-epochs", "10", "--clone-episodes", "1"]
+    argv += ["--heuristic.warmup_epochs", "2"]  # the teacher grows within 10 epochs
     assert main([*argv, "--clone-steps", "5", "--blueprints", "depthwise", "--run-dir", "run"]) == 0
     out, err = capsys.readouterr()
     line = next(x for x in out.splitlines() if x.startswith("warm start: cloned"))

@@ -165,6 +165,8 @@ def test_held_policy_episodes_of_another_policy_are_refused(tmp_path: Path, caps
     for other in (held[1], held[2]):  # another policy's, and one that recorded none
         with pytest.raises(frontier.UsageError, match=r"1 held episodes of arm 'policy:shapes' .* another policy"):
             frontier.check_held_arms(task, [held[0], other], [frontier.Arm("policy:shapes", 8)], tmp_path)
+    gated = frontier.Arm("policy:shapes~blend_epochs=1", 8)  # an arm with gates loads the same policy
+    frontier.check_held_arms(task, [dict(held[0], arm=gated.name)], [gated], tmp_path)
     log = tmp_path / "episodes.jsonl"
     log.write_text("".join(json.dumps(r) + "\n" for r in held))
     before = log.read_text()

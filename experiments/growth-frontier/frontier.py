@@ -3,8 +3,9 @@
 Static hosts over a width sweep trace the front of what a fixed network reaches for its size and
 for its training compute. Growing arms start from a host on (or below) that front:
 
-- `heuristic`: the heuristic with the residual blueprints, with the knobs of the residual search
-  (on `shapes`, `heuristic_shapes_residual.toml`: the tuned default until 2026-11-27);
+- `heuristic`: the heuristic with the residual blueprints; on `shapes` with the knobs of the
+  residual search (`heuristic_shapes_residual.toml`, the tuned default until 2026-11-27),
+  elsewhere with the task's tuned (or built-in) knobs;
 - `heuristic+width`: the same knobs with the width blueprints first in its rotation
   (`widen_25`, `widen_50`), then the residual ones;
 - `naive`: naive growth, `widen_25` germinated once in every slot from epoch 5, kept wherever
@@ -25,8 +26,8 @@ Episodes run in worker processes of one thread each, through `esper eval`'s own 
 and each is appended to `<out-dir>/episodes.jsonl` as it ends: run the same command again to
 continue a stopped frontier, or with more seeds to extend it (the episodes held are reused). A
 heuristic arm's episodes record its knobs and a policy arm's the hash of its policy: held ones
-of other knobs (the heuristic tuned again since) or of another policy (shipped again under the
-same name) are refused, not mixed in. `repeat_held.py` checks that new code repeats held episodes.
+of other knobs (its knobs' file edited), of another policy (one shipped again under the same
+name) or with no hash recorded are refused, not mixed in. `repeat_held.py` checks that new code repeats held episodes.
 Writes `<out-dir>/frontier_seedsA-B.json` and `.png` for the seeds asked for. The default
 `<out-dir>` is `experiments/growth-frontier/results/<task>`.
 
@@ -219,7 +220,7 @@ def check_held_arms(task: TaskSpec, rows: list[dict[str, Any]], arms: list[Arm],
                     f"today's ({other[0].get('heuristic')} against {today}); move them aside, or give another --out-dir"
                 )
         if name.startswith("policy:"):
-            digest = policy_sha256(_policy_path(name))
+            digest = policy_sha256(_policy_path(name.partition("~")[0]))
             other = [r for r in rows if r["arm"] == name and r.get("policy_sha256") != digest]
             if other:
                 played = other[0].get("policy_sha256")

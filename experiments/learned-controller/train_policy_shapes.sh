@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The recipe behind `policy:shapes`, from scratch (about 90 minutes on one CPU core):
+# The recipe behind `policy:shapes`, from scratch (about 90 minutes on one CPU core). Run it from
+# the repository root (the --config path below is relative to it):
 #
 #   bash experiments/learned-controller/train_policy_shapes.sh [RUN_DIR]      (default runs/policy-shapes)
 #
