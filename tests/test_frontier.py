@@ -183,6 +183,10 @@ def test_a_policy_arm_records_the_hash_of_the_policy_that_played() -> None:
               "policy_sha256": "ab"}  # fmt: skip
     row = frontier.row_of(frontier.Arm("policy:shapes", 8), result, "test", None)
     assert row["policy_sha256"] == "ab"
+    assert (row["torch"], row["cpu_capability"]) == (
+        frontier.torch.__version__,
+        frontier.torch.backends.cpu.get_cpu_capability(),
+    )
     del result["policy_sha256"]  # a controller with no policy records none
     assert "policy_sha256" not in frontier.row_of(frontier.Arm("naive", 8), result, "test", None)
 

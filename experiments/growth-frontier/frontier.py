@@ -27,7 +27,9 @@ and each is appended to `<out-dir>/episodes.jsonl` as it ends: run the same comm
 continue a stopped frontier, or with more seeds to extend it (the episodes held are reused). A
 heuristic arm's episodes record its knobs and a policy arm's the hash of its policy: held ones
 of other knobs (its knobs' file edited), of another policy (one shipped again under the same
-name) or with no hash recorded are refused, not mixed in. `repeat_held.py` checks that new code repeats held episodes.
+name) or with no hash recorded are refused, not mixed in. Every episode records the torch build
+and CPU kernels it ran on (since 2026-11-27). `repeat_held.py` checks that new code repeats held
+episodes.
 Writes `<out-dir>/frontier_seedsA-B.json` and `.png` for the seeds asked for. The default
 `<out-dir>` is `experiments/growth-frontier/results/<task>`.
 
@@ -202,6 +204,7 @@ def row_of(arm: Arm, result: dict[str, Any], version: str, heuristic: HeuristicC
         "kept": [f"{s['slot']}:{s['blueprint']}" for s in result["grown_seeds"] if s["final_stage"] == "FOSSILIZED"],
         "heuristic": None if heuristic is None else jsonable(heuristic),
         **({"policy_sha256": result["policy_sha256"]} if "policy_sha256" in result else {}),
+        **torch_build(),  # CPU episodes repeat only on one torch build and kind of CPU kernels
     }
 
 
