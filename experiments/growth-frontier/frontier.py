@@ -51,7 +51,6 @@ import statistics
 import subprocess
 import sys
 import time
-import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +61,7 @@ from esper.karn.rundir import read_jsonl
 from esper.kasmina import Topology
 from esper.leyline import GateThresholds
 from esper.runs.common import UsageError, torch_build
-from esper.runs.config import HostTraining, jsonable
+from esper.runs.config import HostTraining, jsonable, read_config_file
 from esper.runs.eval_run import ControllerSpec, EpisodeJob, naive_schedule, parse_seeds, run_one
 from esper.runs.grow_run import DEFAULT_MAX_GERMINATIONS
 from esper.simic.checkpoint import policy_sha256
@@ -119,7 +118,7 @@ def residual_heuristic(task: TaskSpec) -> HeuristicConfig:
     path = RESIDUAL_KNOBS.get(task.name)
     if path is None:
         return tuned_heuristic(task.name)
-    return HeuristicConfig().with_knobs(tomllib.loads(path.read_text(encoding="utf-8"))["heuristic"])
+    return HeuristicConfig().with_knobs(read_config_file(str(path))["heuristic"])
 
 
 def arm_heuristic(task: TaskSpec, arm_name: str) -> HeuristicConfig | None:
