@@ -21,10 +21,14 @@ phases() {  # $1: a fresh clone; prints {"setup_s", "heuristic_s", "report_s"}
 }
 work=$(mktemp -d)
 git clone -q "$repo" "$work/idle" && idle=$(phases "$work/idle")
+# the torch build and its CPU kernels: a figure from an AVX2 machine is not one from an AVX512 machine
+kernels=$("$work/idle/.venv/bin/python" -c \
+  'import torch; print(f"\"torch\": \"{torch.__version__}\", \"cpu_capability\": \"{torch.backends.cpu.get_cpu_capability()}\"")')
 git clone -q "$repo" "$work/busy"
 python3 -c "while True: pass" & spin=$!
 busy=$(phases "$work/busy")
 kill "$spin"
-printf '{"date": "%s", "commit": "%s", "machine": "%s, %s CPUs", "idle": %s, "beside_a_busy_process": %s}\n' \
-  "$(date -u +%Y-%m-%d)" "$(git -C "$repo" rev-parse --short HEAD)" "$(uname -m)" "$(nproc)" "$idle" "$busy" | tee "$out"
+printf '{"date": "%s", "commit": "%s", "machine": "%s, %s CPUs", %s, "idle": %s, "beside_a_busy_process": %s}\n' \
+  "$(date -u +%Y-%m-%d)" "$(git -C "$repo" rev-parse --short HEAD)" "$(uname -m)" "$(nproc)" "$kernels" "$idle" "$busy" \
+  | tee "$out"
 rm -rf "$work"

@@ -84,6 +84,10 @@ BAD_INPUTS = {
     "embedded task with data dir": (["--data-dir", "/some/folder"], ["shapes", "/some/folder"]),
     "real task without data dir": (["--task", "cifar10"], ["cifar10", "--data-dir", DATA_DIR_ENV]),
     "samples per epoch below a batch": (["--host.samples_per_epoch", "50"], ["host.samples_per_epoch 50", "100"]),
+    "warm-up as long as the episode": (
+        ["--host.lr_warmup_epochs", "3", "--max-epochs", "3"],
+        ["host.lr_warmup_epochs", "3 epochs", "got 3"],
+    ),
     "samples per epoch above the pool": (
         ["--host.samples_per_epoch", "60000"],
         ["host.samples_per_epoch", "60000", "50000 training images"],

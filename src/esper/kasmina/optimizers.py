@@ -18,14 +18,20 @@ from esper.kasmina.slot import SeedSlot
 from esper.kasmina.width import ParamMerge, fitted
 
 
-def cosine_lr_factor(epoch: int, max_epochs: int) -> float:
-    """Learning-rate multiplier for 1-based `epoch`: 1 at the first epoch, decaying on a half cosine.
+def cosine_lr_factor(epoch: int, max_epochs: int, lr_warmup_epochs: int = 0) -> float:
+    """Learning-rate multiplier for 1-based `epoch`: a linear ramp over the first `lr_warmup_epochs`
+    (epoch k of W at k / (W + 1)), then 1, decaying on a half cosine over the epochs left.
 
     Every optimizer (host and seeds alike) follows the episode's clock, so a seed germinated late
     trains at the same, lower rate as the host around it, and the final accuracy of an episode is
-    not the noise of a large last step.
+    not the noise of a large last step. The ramp is per epoch, as the whole schedule is: a step
+    of the rate within an epoch would change what one epoch of a seed's training means.
     """
-    return 0.5 * (1.0 + math.cos(math.pi * (epoch - 1) / max_epochs))
+    if not 0 <= lr_warmup_epochs < max_epochs:
+        raise ValueError(f"lr_warmup_epochs must be >= 0 and below max_epochs {max_epochs}, got {lr_warmup_epochs}")
+    if epoch <= lr_warmup_epochs:
+        return epoch / (lr_warmup_epochs + 1)
+    return 0.5 * (1.0 + math.cos(math.pi * (epoch - 1 - lr_warmup_epochs) / (max_epochs - lr_warmup_epochs)))
 
 
 class ModelOptimizers:
@@ -96,9 +102,9 @@ class ModelOptimizers:
     def all(self) -> list[torch.optim.Optimizer]:
         return [self.host, *self.seeds.values()]
 
-    def set_epoch(self, epoch: int, max_epochs: int) -> None:
+    def set_epoch(self, epoch: int, max_epochs: int, lr_warmup_epochs: int = 0) -> None:
         """Every learning rate at its base times the schedule's factor for 1-based `epoch`."""
-        factor = cosine_lr_factor(epoch, max_epochs)
+        factor = cosine_lr_factor(epoch, max_epochs, lr_warmup_epochs)
         for opt in self.all():
             for group in opt.param_groups:
                 group["lr"] = group["base_lr"] * factor

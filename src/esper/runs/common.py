@@ -23,7 +23,15 @@ from esper.nissa import ConsoleBackend, JsonlBackend, TelemetryHub
 from esper.nissa.telemetry import ROUND_METRICS, Backend, Event
 from esper.nissa.tensorboard import TensorBoardBackend
 from esper.nissa.wandb import INSTALL_HINT, WandbBackend, wandb_available
-from esper.tolaria import DatasetError, DeviceError, TaskSpec, get_task, resolve_device, use_deterministic_kernels
+from esper.tolaria import (
+    DatasetError,
+    DeviceError,
+    EnvConfig,
+    TaskSpec,
+    get_task,
+    resolve_device,
+    use_deterministic_kernels,
+)
 from esper.tolaria.datasets import TaskData
 
 
@@ -111,6 +119,15 @@ def refuse_eval_run(path: str | Path, command: str) -> None:
 def resolve_task(name: str) -> TaskSpec:
     try:
         return get_task(name)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def env_config(**fields: Any) -> EnvConfig:
+    """The env's settings; a combination they refuse (a warm-up as long as the episode) is a
+    one-line error, not a traceback."""
+    try:
+        return EnvConfig(**fields)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
 
@@ -249,6 +266,20 @@ def rebuilt_tensorboard(run_dir: Path, config: dict[str, Any]) -> TensorBoardBac
     return board
 
 
+def same_knobs(recorded: dict[str, dict], now: dict[str, dict]) -> bool:
+    """Whether a run's recorded knobs are `now`'s. A knob added to Esper after the run was
+    recorded, at a default of None (the task's own value, as `host.lr_warmup_epochs`), is the
+    setting the run had: a run started before an upgrade can still be resumed after it."""
+    for group in recorded.keys() | now.keys():
+        before, after = recorded.get(group, {}), now.get(group, {})
+        for knob in before.keys() | after.keys():
+            if knob not in before and after[knob] is None:
+                continue
+            if knob not in before or knob not in after or before[knob] != after[knob]:
+                return False
+    return True
+
+
 def check_same_run(run_dir: Path, config: dict[str, Any], free: frozenset[str]) -> bool:
     """For `--resume last`: whether `run_dir` holds a run to continue (False: start fresh there),
     refusing one recorded with other settings or knobs than `config` (`free` settings may differ)."""
@@ -258,7 +289,7 @@ def check_same_run(run_dir: Path, config: dict[str, Any], free: frozenset[str]) 
     before = json.loads(recorded.read_text())
     keys = set(before["settings"]) | set(config["settings"])
     differ = sorted(k for k in keys if k not in free and before["settings"].get(k) != config["settings"].get(k))
-    if differ or before["knobs"] != json.loads(json.dumps(config["knobs"])):
+    if differ or not same_knobs(before["knobs"], json.loads(json.dumps(config["knobs"]))):
         what = ", ".join(differ) if differ else "the knobs"
         raise UsageError(f"{str(run_dir)!r} was run with other settings ({what}): resume it with the same ones")
     return True

@@ -54,12 +54,17 @@ class HostTraining:
     samples_per_epoch: int | None = None
     """Training images (or text windows) drawn per epoch, in place of the task's count: fewer
     make a cheaper training variant of the task (shapes draws 10,000 of its 50,000 per epoch)."""
+    lr_warmup_epochs: int | None = None
+    """Epochs of linear learning-rate warm-up before the cosine decay (epoch k of W at k / (W + 1)
+    of the peak); every embedded task has none."""
 
     def __post_init__(self) -> None:
         for name in ("batch_size", "width", "samples_per_epoch"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"host.{name} must be >= 1, got {value}")
+        if self.lr_warmup_epochs is not None and self.lr_warmup_epochs < 0:
+            raise ValueError(f"host.lr_warmup_epochs must be >= 0, got {self.lr_warmup_epochs}")
 
     def apply(self, task: TaskSpec) -> TaskSpec:
         """`task` with these hyperparameters in place of its own (the width goes to the env)."""

@@ -51,6 +51,7 @@ from esper.runs.common import (
     check_minimum,
     check_run_dir,
     check_same_run,
+    env_config,
     load_task_data,
     resolve_blueprints,
     resolve_device_arg,
@@ -384,7 +385,7 @@ def resolve_eval(args: argparse.Namespace, rest: Sequence[str] = ()) -> EvalRun:
         check_run_dir(run_dir, RUN_FILES)
     load_task_data(task, settings["data_dir"])  # a missing or corrupt dataset fails here, before any episode
     apply_deterministic(settings)
-    env = EnvConfig(
+    env = env_config(
         task=task,
         device=resolve_device_arg(settings["device"]),
         max_epochs=max_epochs,

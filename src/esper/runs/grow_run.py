@@ -25,6 +25,7 @@ from esper.runs.common import (
     check_minimum,
     check_run_dir,
     check_same_run,
+    env_config,
     load_task_data,
     progress_bar,
     resolve_device_arg,
@@ -140,7 +141,7 @@ def resolve_growth(args: argparse.Namespace, rest: Sequence[str] = ()) -> Growth
     config = resolved_config(args.command, settings, knobs)
     finished = resumed_episodes(args, run_dir, config, episodes)
     data = load_task_data(task, settings["data_dir"])
-    env = EnvConfig(
+    env = env_config(
         task=task,
         device=device,
         max_epochs=max_epochs,

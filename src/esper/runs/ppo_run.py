@@ -35,6 +35,7 @@ from esper.runs.common import (
     check_blueprints_fit,
     check_minimum,
     check_run_dir,
+    env_config,
     load_task_data,
     progress_bar,
     resolve_blueprints,
@@ -198,7 +199,7 @@ def resolve_ppo(args: argparse.Namespace, rest: Sequence[str] = (), ctx: DistCon
         and run_dir.resolve() != run_dir_of_checkpoint(resume_path, resume).resolve()  # type: ignore[arg-type]
     )
     data = load_task_data(task, settings["data_dir"])
-    env = EnvConfig(
+    env = env_config(
         task=task, device=devices[0], max_epochs=max_epochs, enabled_slots=slots,
         max_germinations=settings["max_germinations"], thresholds=knobs["gates"], governor=knobs["governor"],
         amp=amp, compile_backend="inductor" if settings["compile"] else None, cuda_graphs=settings["cuda_graphs"],

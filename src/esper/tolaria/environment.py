@@ -86,6 +86,11 @@ class EnvConfig:
             raise ValueError(f"max_epochs must be >= 1, got {self.max_epochs}")
         if self.max_germinations < 0:
             raise ValueError(f"max_germinations must be >= 0, got {self.max_germinations}")
+        if not 0 <= self.task.lr_warmup_epochs < self.max_epochs:
+            raise ValueError(
+                f"host.lr_warmup_epochs must be >= 0 and below the episode's {self.max_epochs} epochs, "
+                f"got {self.task.lr_warmup_epochs}"
+            )
         if self.host_width is not None and self.host_width < 1:
             raise ValueError(f"host_width must be >= 1, got {self.host_width}")
         if self.amp is not None and self.amp not in PRECISIONS:
@@ -218,7 +223,7 @@ class MorphogeneticEnv:
         self.clock.epoch += 1
         try:
             changes = self.seeds.execute(decision, self._last_val)
-            self.optimizers.set_epoch(self.clock.epoch, self.config.max_epochs)
+            self.optimizers.set_epoch(self.clock.epoch, self.config.max_epochs, self.config.task.lr_warmup_epochs)
             # its accumulators are zeroed on the stream that updates them
             training = self.passes.open_epoch(self.model, self.optimizers.all(), self.scaler, self._forward)
         except BaseException:

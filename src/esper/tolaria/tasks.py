@@ -58,6 +58,8 @@ class TaskSpec:
     samples_per_epoch: int | None = None
     """Training images (or text windows) per epoch in place of the dataset's own count (None:
     the dataset's): a cheaper training variant of the task, with the same selection and test splits."""
+    lr_warmup_epochs: int = 0
+    """Epochs of linear learning-rate warm-up before the cosine decay (`cosine_lr_factor`)."""
 
     @property
     def slot_ids(self) -> tuple[SlotId, ...]:

@@ -1,0 +1,96 @@
+"""The episode's learning-rate schedule: a per-epoch linear warm-up, then the half cosine."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from conftest import tiny_shapes_task
+from esper.kasmina.optimizers import cosine_lr_factor
+from esper.leyline import Decision
+from esper.runs.common import UsageError, check_same_run
+from esper.runs.config import HostTraining, resolved_config
+from esper.runs.eval_run import EVAL_DEFAULTS
+from esper.scripts.cli import main
+from esper.tolaria import TASKS, EnvConfig, MorphogeneticEnv
+
+
+@given(max_epochs=st.integers(1, 200), data=st.data())
+def test_without_warm_up_the_schedule_is_the_half_cosine(max_epochs: int, data) -> None:
+    epoch = data.draw(st.integers(1, max_epochs))
+    assert cosine_lr_factor(epoch, max_epochs) == 0.5 * (1.0 + math.cos(math.pi * (epoch - 1) / max_epochs))
+
+
+@given(max_epochs=st.integers(2, 200), data=st.data())
+def test_the_warm_up_ramps_to_the_peak_then_decays(max_epochs: int, data) -> None:
+    warmup = data.draw(st.integers(0, max_epochs - 1))
+    factors = [cosine_lr_factor(e, max_epochs, warmup) for e in range(1, max_epochs + 1)]
+    assert all(0.0 < f <= 1.0 for f in factors)
+    ramp, decay = factors[:warmup], factors[warmup:]
+    assert ramp == [k / (warmup + 1) for k in range(1, warmup + 1)]
+    assert decay[0] == 1.0 and all(a >= b for a, b in itertools.pairwise(decay))
+    assert all(r < 1.0 for r in ramp)
+
+
+@pytest.mark.parametrize("warmup, max_epochs", [(-1, 10), (10, 10), (11, 10)])
+def test_a_warm_up_outside_the_episode_is_refused(warmup: int, max_epochs: int) -> None:
+    with pytest.raises(ValueError, match="lr_warmup_epochs"):
+        cosine_lr_factor(1, max_epochs, warmup)
+
+
+def test_the_env_trains_its_first_epochs_on_the_ramp() -> None:
+    task = dataclasses.replace(tiny_shapes_task(), lr_warmup_epochs=2)
+    config = EnvConfig(
+        task=task, device=torch.device("cpu"), max_epochs=4, enabled_slots=("early",), max_germinations=0
+    )
+    env = MorphogeneticEnv(config, task.load_data(None))
+    env.reset(rng_seed=0)
+    rates = []
+    for _ in range(3):
+        env.step(Decision.wait())  # the rate stays as the step set it until the next one
+        rates.append(env.optimizers.host.param_groups[0]["lr"])
+    assert rates == pytest.approx([task.host_lr / 3, 2 * task.host_lr / 3, task.host_lr])
+
+
+@pytest.mark.parametrize("command", ["grow", "eval"])
+def test_a_warm_up_as_long_as_the_episode_is_one_line(
+    command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(TASKS, "shapes", tiny_shapes_task())
+    run_dir = tmp_path / "run"
+    extra = ["--controllers", "static", "--seeds", "0:1"] if command == "eval" else ["--controller", "static"]
+    rc = main([command, *extra, "--max-epochs", "3", "--host.lr_warmup_epochs", "3", "--run-dir", str(run_dir)])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.splitlines() == [
+        "esper: error: host.lr_warmup_epochs must be >= 0 and below the episode's 3 epochs, got 3"
+    ]
+    assert not run_dir.exists()
+
+
+def eval_config(warmup: int | None) -> dict:
+    knobs = {"host": HostTraining(lr_warmup_epochs=warmup)}
+    return resolved_config("eval", {**EVAL_DEFAULTS, "controllers": ["static"], "seeds": "0:1"}, knobs)
+
+
+def test_a_run_recorded_before_the_warm_up_still_resumes(tmp_path: Path) -> None:
+    before = json.loads(json.dumps(eval_config(None)))
+    del before["knobs"]["host"]["lr_warmup_epochs"]
+    (tmp_path / "config.json").write_text(json.dumps(before))
+    assert check_same_run(tmp_path, eval_config(None), frozenset())
+    with pytest.raises(UsageError, match="other settings"):
+        check_same_run(tmp_path, eval_config(2), frozenset())
+
+
+def test_a_run_with_another_warm_up_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps(eval_config(1)))
+    assert check_same_run(tmp_path, eval_config(1), frozenset())
+    with pytest.raises(UsageError, match="other settings"):
+        check_same_run(tmp_path, eval_config(None), frozenset())
