@@ -108,6 +108,37 @@ def test_matched_is_a_static_host_near_the_growing_controllers_size(tiny_shapes,
     grown = sum(h + s for h, s in zip(random["host_params"], random["seed_params"], strict=True)) / 2
     assert matched["seed_params"] == [0, 0]
     assert report["matched_width"] == TASKS["shapes"].width_for_params(round(grown))
+    assert report["nearest_static_width"] == {"random": report["matched_width"]}  # the only grower
+
+
+def test_the_table_names_a_grower_sized_apart_from_matched() -> None:
+    """`matched` is sized on every grower's mean: one that ends nearer another static width is
+    named, so a reader does not take its pair with `matched` for a pair with its own size."""
+    row = {
+        "test_accuracy": [70.0],
+        "seed_params": [0],
+        "host_params": [18_626],
+        "train_gflops": [1.0],
+        "seconds": [1.0],
+    }
+    report = {
+        "seeds": [0],
+        "matched_width": 10,
+        "nearest_static_width": {"heuristic": 10, "policy:shapes": 11},
+        "controllers": {"matched": row, "heuristic": row, "policy:shapes": row},
+        "test_accuracy": {
+            name: {"mean": 70.0, "ci95": [None, None]} for name in ("matched", "heuristic", "policy:shapes")
+        },
+        "paired": {},
+        "diagnostics": {},
+    }
+    lines = eval_run.table(report).splitlines()
+    assert (
+        lines[-1]
+        == "matched (width 10) is sized on the growers' mean final size; by its own: policy:shapes nearest width 11"
+    )
+    report["nearest_static_width"]["policy:shapes"] = 10
+    assert "sized on" not in eval_run.table(report)
 
 
 @pytest.mark.slow

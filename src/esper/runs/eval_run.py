@@ -677,11 +677,29 @@ def comparison(run: EvalRun, results: list[dict[str, Any]], widths: dict[str, in
         "seeds": list(run.seeds),
         "matched_width": widths.get("matched"),
         "compute_width": widths.get("compute"),
+        "nearest_static_width": nearest_static_widths(run, by_name),
         "controllers": by_name,
         "test_accuracy": {name: estimate(values).to_json() for name, values in test.items()},
         "paired": {f"{a} - {b}": paired_difference(test[a], test[b]).to_json() for a, b in pairs(run.controllers)},
         "diagnostics": {name: policy_diagnostics([r for r in results if r["controller"] == name]) for name in policies},
         "policy_sha256": run.policy_hashes,
+    }
+
+
+def nearest_static_widths(run: EvalRun, by_name: dict[str, dict[str, list]]) -> dict[str, int]:
+    """Per growing controller, the static width nearest its own mean final parameter count.
+    `matched` is one host sized on all the growers' mean: a grower that ends larger than the
+    others is paired with a host smaller than itself, and the table says so."""
+    return {
+        s.name: run.task.width_for_params(
+            round(
+                statistics.fmean(
+                    h + p for h, p in zip(by_name[s.name]["host_params"], by_name[s.name]["seed_params"], strict=True)
+                )
+            )
+        )
+        for s in run.controllers
+        if s.grows
     }
 
 
@@ -728,6 +746,12 @@ def table(report: dict[str, Any]) -> str:
             f"{name:<{width}} {est['mean']:>10.2f} {interval_text(est['ci95'], '6.2f')}    "
             f"{added_params(report, name):>13,.0f} {statistics.fmean(values['train_gflops']):>13,.0f} "
             f"{statistics.fmean(values['seconds']):>12.1f}"
+        )
+    matched, nearest = report.get("matched_width"), report.get("nearest_static_width", {})
+    apart = [f"{name} nearest width {w}" for name, w in nearest.items() if matched is not None and w != matched]
+    if apart:
+        lines.append(
+            f"matched (width {matched}) is sized on the growers' mean final size; by its own: " + ", ".join(apart)
         )
     if report["paired"]:  # one controller alone has nothing to be paired with
         lines.append(f"\npaired test accuracy difference, points (95% CI over {n} seed{'s' if n != 1 else ''}):")
