@@ -100,8 +100,12 @@ def test_an_arm_runs_under_the_gate_thresholds_its_name_carries() -> None:
     fast = frontier.job(task, frontier.Arm("naive~min_training_epochs=1,blend_epochs=2", 8), 200, 40)
     plain = frontier.job(task, frontier.Arm("naive", 8), 200, 40)
     assert (fast.env_fields["thresholds"].min_training_epochs, fast.env_fields["thresholds"].blend_epochs) == (1, 2)
-    assert plain.env_fields["thresholds"] == frontier.GateThresholds()
+    assert plain.env_fields["thresholds"] == frontier.GateThresholds(keep_reading="accuracy")  # its held episodes'
     assert fast.spec == plain.spec
+    by_loss = frontier.job(task, frontier.Arm("heuristic~keep_reading=loss", 8), 200, 40)
+    assert by_loss.env_fields["thresholds"] == frontier.GateThresholds(keep_reading="loss")
+    with pytest.raises(frontier.UsageError, match="keep_reading 'fresh': choose from accuracy loss"):
+        frontier.job(task, frontier.Arm("naive~keep_reading=fresh", 8), 200, 40)
 
 
 def test_a_heuristic_arm_records_its_knobs_and_runs_with_them() -> None:

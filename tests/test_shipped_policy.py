@@ -54,6 +54,7 @@ def test_the_shapes_policy_is_the_recipe_script_s_run() -> None:
         "--ppo.ent_coef": f"{knobs['ppo']['ent_coef']:g}",
         "--ppo.ent_coef_final": f"{knobs['ppo']['ent_coef_final']:g}",
         "--reward.static_baseline": str(knobs["reward"]["static_baseline"]).lower(),
+        "--gates.keep_reading": knobs["gates"]["keep_reading"],  # the default since 2026-11-27 is not v23w's
     }
     if settings["slots"] is None:  # every slot, the default
         flags["--slots"] = None

@@ -12,8 +12,10 @@ for its training compute. Growing arms start from a host on (or below) that fron
   the gates pass it (no controller); `naive:BLUEPRINT@EPOCH` names another blueprint or epoch;
 - `policy:shapes`: the shipped learned controller (on `shapes`).
 
-An arm may carry gate thresholds after a `~` (`naive~min_training_epochs=1,blend_epochs=1`):
-its episodes run under those `GateThresholds`, the defaults elsewhere.
+An arm may carry gate thresholds after a `~` (`naive~min_training_epochs=1,blend_epochs=1`,
+`heuristic~keep_reading=loss`): its episodes run under those `GateThresholds`, and elsewhere
+under `FRONTIER_GATES`, the defaults with the accuracy reading of a seed's contribution, which
+every held episode ran with (Esper's default reads the loss since 2026-11-27).
 
 Each growing arm runs from every start width given (`--start-widths`; by default the task's
 width and, on `shapes`, half of it). Every episode of a seed sees the same data order. Each arm's
@@ -90,23 +92,31 @@ class Arm:
         return f"{self.name}@{self.width}"
 
 
+FRONTIER_GATES = GateThresholds(keep_reading="accuracy")
+"""The gates every arm runs under unless its name says otherwise: the accuracy reading, the
+default until 2026-11-27, which every held episode ran with (`~keep_reading=loss` for the other)."""
+
+
 def gate_thresholds(arm_name: str) -> GateThresholds:
-    """The thresholds an arm's name sets after `~` (`KEY=VALUE,...`), over the defaults."""
+    """The thresholds an arm's name sets after `~` (`KEY=VALUE,...`), over `FRONTIER_GATES`."""
     given = arm_name.partition("~")[2]
     if not given:
-        return GateThresholds()
+        return FRONTIER_GATES
     fields = {f.name: f.type for f in dataclasses.fields(GateThresholds)}
     values: dict[str, Any] = {}
     for pair in given.split(","):
         key, _, value = pair.partition("=")
         if key not in fields:
             raise UsageError(f"--arms {arm_name!r}: unknown gate threshold {key!r}; choose from: {' '.join(fields)}")
+        if fields[key] in (str, "str"):
+            values[key] = value
+            continue
         try:
             values[key] = (float if fields[key] in (float, "float") else int)(value)
         except ValueError:
             raise UsageError(f"--arms {arm_name!r}: {key} takes a number, got {value!r}") from None
     try:
-        return dataclasses.replace(GateThresholds(), **values)
+        return dataclasses.replace(FRONTIER_GATES, **values)
     except ValueError as exc:
         raise UsageError(f"--arms {arm_name!r}: {exc}") from None
 
