@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from conftest import EXPERIMENTS, load_benchmark, tiny_shapes_task
+from esper.leyline.constants import LOSS_READING_POINTS_PER_NAT
 from esper.runs.eval_run import episode_jobs, episode_result
 from esper.scripts.cli import main
 from esper.tolaria import TASKS
@@ -36,6 +37,8 @@ def test_retest_readings_leave_the_episode_as_eval_runs_it(monkeypatch: pytest.M
         assert r["controller"] == "heuristic" and r["seed"] == 3 and r["slot"] in ("early", "mid", "late")
         assert -100.0 <= r["retest"] <= 100.0
         assert r["retest"] * 5 == pytest.approx(round(r["retest"] * 5))  # 500 images: steps of 0.2 points
+        # the accuracy reading, though the gates decide on the loss reading: 200 images, steps of 0.5
+        assert r["selection"] * 2 == pytest.approx(round(r["selection"] * 2))
         assert isinstance(r["selection_loss"], float) and isinstance(r["retest_loss"], float)
 
 
@@ -159,6 +162,8 @@ def test_a_policy_s_replay_keeps_its_episode_and_joins_its_keep_scores(workdir, 
     monkeypatch.setitem(TASKS, "shapes", plateau_task(tiny_shapes_task()))
     argv = ["ppo", "--episodes", "1", "--n-envs", "1", "--max-epochs", "12", "--seed", "5", "--clone-episodes", "2"]
     argv += ["--heuristic.warmup_epochs", "2"]  # the teacher grows in 12 epochs
+    # and keeps a seed to clone only on the accuracy reading, on this tiny task; eval plays on the loss reading
+    argv += ["--gates.keep_reading", "accuracy"]
     assert main([*argv, "--clone-steps", "60", "--run-dir", "run", "--quiet"]) == 0
     checkpoint = sorted(Path("run/checkpoints").glob("round-*.pt"))[-1]
     module = load_script()
@@ -171,4 +176,4 @@ def test_a_policy_s_replay_keeps_its_episode_and_joins_its_keep_scores(workdir, 
     for reading_, decision in zip(replayed["readings"], recorded, strict=True):
         assert (reading_["epoch"], reading_["slot"]) == (decision["epoch"], decision["slot"])
         assert reading_["keep_score"] == decision["keep_score"]
-        assert reading_["selection"] == decision["contribution"]
+        assert reading_["selection_loss"] * LOSS_READING_POINTS_PER_NAT == pytest.approx(decision["contribution"])

@@ -21,7 +21,9 @@ the selection reading disagree in sign, the selection reading's sign was the sam
     python experiments/keep-cull-reading/counterfactual_retest.py --pool FILE [FILE ...] [--out FILE]
 
 Prints JSON (and writes it to `--out`): every probationary reading (controller, seed, epoch,
-slot, epochs on probation, the selection and retest contributions, a policy's keep score), and
+slot, epochs on probation, the accuracy reading on the selection and retest samples and the
+loss reading on both, a policy's keep score; `keep_reading` says which reading the episodes'
+decisions read, by default the loss since 2026-11-27), and
 per controller, for the first readings and for all: how often the two signs agree, the
 correlation, the spread of the selection reading around the retest one, and of the readings at or
 below zero on the selection split how many the retest sample puts above zero; for a policy, its
@@ -122,8 +124,9 @@ class Retesting:
                         "epoch": signals.epoch,
                         "slot": s.name,
                         "epochs_on_probation": s.epochs_in_stage,
-                        "selection": s.contribution,
-                        "retest": retest.contribution(s.name),
+                        # the accuracy reading on both samples, whichever reading the gates decide on
+                        "selection": s.accuracy_contribution,
+                        "retest": retest.accuracy_contribution(s.name),
                         "selection_loss": s.loss_contribution,
                         "retest_loss": retest.loss_contribution(s.name),
                     }
@@ -342,6 +345,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "seeds": list(run.seeds),
         "selection_images": episodes[0]["selection_images"],
         "retest_images": args.retest_images,
+        "keep_reading": run.env.thresholds.keep_reading,  # what the episodes' decisions read
         "minutes": round((time.time() - started) / 60, 1),
         **torch_build(),
         "summary": summarise([r for e in episodes for r in e["readings"]]),

@@ -33,6 +33,10 @@ class SlotSignals:
     helps); None unless blended. Continuous, so less noisy per image than the accuracy reading
     (`experiments/keep-cull-reading`); with `GateThresholds.keep_reading` "loss", `contribution`
     is this reading in points."""
+    accuracy_contribution: float | None = None
+    """Validation accuracy with the seed minus with its alpha forced to 0 (points); None unless
+    blended. `contribution` under `keep_reading` "accuracy": carried whichever reading decides,
+    so a study of the readings (`counterfactual_retest.py`) compares like with like."""
 
     @property
     def grad_vanishing(self) -> bool:

@@ -102,6 +102,7 @@ def slot_signals(
             grad_norm=grad_norms.get(s.slot_id.name) if s.seed is not None else None,
             param_count=s.param_count(),
             loss_contribution=val.loss_contribution(s.slot_id.name) if s.seed is not None else None,
+            accuracy_contribution=val.accuracy_contribution(s.slot_id.name) if s.seed is not None else None,
         )
         for s in model.ordered_slots()
     )
