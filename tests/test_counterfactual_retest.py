@@ -139,12 +139,20 @@ def test_pool_summarises_runs_on_disjoint_seeds_and_refuses_a_shared_seed(tmp_pa
         (["--seeds", "5:5"], "empty range"),
         (["--retest-images", "10"], "--retest-images 10"),
         (["--out", "/nonexistent-folder/x.json"], "--out"),
+        (["--keep-reading", "fresh"], "keep_reading 'fresh': choose from accuracy loss"),
     ],
 )
 def test_bad_input_is_one_line_with_exit_code_2(argv, fragment, capsys) -> None:
     assert load_script().main(argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and fragment in err, err
+
+
+def test_the_episodes_decide_on_the_reading_asked_for() -> None:
+    """The records before 2026-11-27 replay as they ran only with the accuracy reading deciding."""
+    module = load_script()
+    assert module.eval_run(["heuristic"], "150:151", 2).env.thresholds.keep_reading == "loss"
+    assert module.eval_run(["heuristic"], "150:151", 2, "accuracy").env.thresholds.keep_reading == "accuracy"
 
 
 def test_check_against_refuses_a_file_without_these_episodes_before_the_run(tmp_path, capsys) -> None:

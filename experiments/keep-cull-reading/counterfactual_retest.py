@@ -17,7 +17,8 @@ with `--check-against`). With 20,000 images the retest reading is a tenfold samp
 the selection reading disagree in sign, the selection reading's sign was the sample's.
 
     python experiments/keep-cull-reading/counterfactual_retest.py --controllers policy:shapes heuristic \
-        --seeds 150:160 [--retest-images 20000] [--workers 2] [--check-against eval.json] [--out FILE]
+        --seeds 150:160 [--retest-images 20000] [--workers 2] [--keep-reading accuracy|loss]
+        [--check-against eval.json] [--out FILE]
     python experiments/keep-cull-reading/counterfactual_retest.py --pool FILE [FILE ...] [--out FILE]
 
 Prints JSON (and writes it to `--out`): every probationary reading (controller, seed, epoch,
@@ -297,13 +298,17 @@ def check_against(episodes: list[dict[str, Any]], held: dict[tuple[str, int], fl
     return {"compared": len(compared), "differ": differ}
 
 
-def eval_run(controllers: Sequence[str], seeds: str, max_epochs: int | None) -> EvalRun:
-    """The settings `esper eval --task shapes` resolves for these controllers and seeds."""
+def eval_run(
+    controllers: Sequence[str], seeds: str, max_epochs: int | None, keep_reading: str | None = None
+) -> EvalRun:
+    """The settings `esper eval --task shapes` resolves for these controllers and seeds (and
+    `--gates.keep_reading` when given)."""
     settings = {"task": "shapes", "controllers": list(controllers), "seeds": seeds, "max_epochs": max_epochs}
+    knobs = None if keep_reading is None else {"gates": {"keep_reading": keep_reading}}
     with tempfile.TemporaryDirectory() as scratch:
         run_dir = str(Path(scratch) / "run")
         request = python_request(
-            "eval", EVAL_DEFAULTS, EVAL_GROUPS, settings, None, run_dir=run_dir, resume=None, quiet=False
+            "eval", EVAL_DEFAULTS, EVAL_GROUPS, settings, knobs, run_dir=run_dir, resume=None, quiet=False
         )
         try:
             return resolve_eval(request)
@@ -322,7 +327,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         raise BadInput(f"--retest-images {args.retest_images}: at least {VALIDATION_BATCH_SIZE}")
     if args.workers < 1:
         raise BadInput(f"--workers {args.workers}: at least 1")
-    run = eval_run(args.controllers, args.seeds, args.max_epochs)
+    run = eval_run(args.controllers, args.seeds, args.max_epochs, args.keep_reading)
     growing = [s for s in run.controllers if s.grows]
     if not growing:
         raise BadInput(f"--controllers {' '.join(args.controllers)}: none of them grows seeds")
@@ -396,6 +401,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--check-against", type=Path, help="an eval.json of the same controllers and seeds")
     parser.add_argument("--out", type=Path)
+    parser.add_argument(
+        "--keep-reading",
+        help="the reading the episodes' gates and controllers decide on, as --gates.keep_reading "
+        "(default: Esper's, the loss reading; the records before 2026-11-27 ran with accuracy)",
+    )
     help_pool = "summarise these files' readings together; measure nothing"
     parser.add_argument("--pool", type=Path, nargs="+", help=help_pool)
     args = parser.parse_args(argv)
