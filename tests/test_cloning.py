@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 import esper.runs.ppo_run as ppo_script
 from conftest import make_env, tiny_shapes_task
 from esper.kasmina import Topology
-from esper.leyline import BlendSchedule, Decision, LifecycleOp, SeedStage
+from esper.leyline import BlendSchedule, Decision, GateThresholds, LifecycleOp, SeedStage
 from esper.scripts.cli import main
 from esper.simic.cloning import (
     SignCulls,
@@ -39,6 +39,10 @@ from test_heuristic import signals
 from test_heuristic import slot as heuristic_slot
 
 SLOTS = ("early", "mid", "late")
+ACCURACY_READING = GateThresholds(keep_reading="accuracy")
+"""The recorded episodes of the keep/cull tests need probationary seeds read both above and at or
+below zero: on the tiny task, seed 0, the accuracy reading gives both and the loss reading (the
+default since 2026-11-27) does not."""
 
 
 @pytest.fixture
@@ -266,7 +270,7 @@ def test_a_verdicts_cloning_fits_the_fossilizations_and_culls_of_probationary_se
     """The verdicts are the keep/cull decisions that are not a WAIT; cloning `verdicts` fits
     those steps' actions only, so what the demonstrator did at its other keep/cull steps (the
     waits that pulled v17's op head to WAIT everywhere) leaves its loss unchanged."""
-    env = make_env(max_epochs=10)
+    env = make_env(max_epochs=10, thresholds=ACCURACY_READING)
     spaces = PolicySpaces.derive(Topology.CNN, SLOTS)
     recording = Recording(eager_heuristic(env))
     demo = demonstrate(env, recording, spaces, RewardFunction(RewardConfig(), 1.0), rng_seed=0, episode=0)
@@ -471,7 +475,7 @@ def test_sign_culls_culls_the_harmful_probationary_seeds_of_a_real_episode() -> 
     """In a recorded episode, every step at which a probationary seed's contribution is <= 0 is a
     CULL of it, which the policy's masks allow (`demonstrate` checks), and the steps with only
     helpful seeds on probation keep them; the inner controller decided at every step."""
-    env = make_env(max_epochs=10)
+    env = make_env(max_epochs=10, thresholds=ACCURACY_READING)
     spaces = PolicySpaces.derive(Topology.CNN, SLOTS)
     inner = AsPolicy(eager_heuristic(env))
     outer = Recording(SignCulls(inner))  # type: ignore[arg-type]
