@@ -643,6 +643,11 @@ def worker_deaths(run: EvalRun, results: list[dict[str, Any]]) -> Iterator[None]
         ) from None
 
 
+def width_for_mean_size(task: TaskSpec, rows: list[dict[str, Any]]) -> int:
+    """The static width nearest the episodes' mean final parameter count (host plus seeds)."""
+    return task.width_for_params(round(statistics.fmean(r["host_params"] + r["seed_params"] for r in rows)))
+
+
 def sized_widths(run: EvalRun, results: list[dict[str, Any]]) -> dict[str, int]:
     """The host width of each sized static the run compares (`SIZED_STATICS`), from the growing
     controllers' results: `matched` closest to their mean final parameter count, `compute` to
@@ -652,9 +657,7 @@ def sized_widths(run: EvalRun, results: list[dict[str, Any]]) -> dict[str, int]:
     kinds = {s.kind for s in run.controllers}
     widths: dict[str, int] = {}
     if "matched" in kinds:
-        widths["matched"] = run.task.width_for_params(
-            round(statistics.fmean(r["host_params"] + r["seed_params"] for r in rows))
-        )
+        widths["matched"] = width_for_mean_size(run.task, rows)
     if "compute" in kinds:
         data = _task_data(run.task.name, tuple(sorted(run.host_knobs.items())), run.data_dir)
         target = statistics.fmean(r["train_gflops"] for r in rows)
@@ -677,7 +680,7 @@ def comparison(run: EvalRun, results: list[dict[str, Any]], widths: dict[str, in
         "seeds": list(run.seeds),
         "matched_width": widths.get("matched"),
         "compute_width": widths.get("compute"),
-        "nearest_static_width": nearest_static_widths(run, by_name),
+        "nearest_static_width": nearest_static_widths(run, results),
         "controllers": by_name,
         "test_accuracy": {name: estimate(values).to_json() for name, values in test.items()},
         "paired": {f"{a} - {b}": paired_difference(test[a], test[b]).to_json() for a, b in pairs(run.controllers)},
@@ -686,18 +689,12 @@ def comparison(run: EvalRun, results: list[dict[str, Any]], widths: dict[str, in
     }
 
 
-def nearest_static_widths(run: EvalRun, by_name: dict[str, dict[str, list]]) -> dict[str, int]:
+def nearest_static_widths(run: EvalRun, results: list[dict[str, Any]]) -> dict[str, int]:
     """Per growing controller, the static width nearest its own mean final parameter count.
     `matched` is one host sized on all the growers' mean: a grower that ends larger than the
     others is paired with a host smaller than itself, and the table says so."""
     return {
-        s.name: run.task.width_for_params(
-            round(
-                statistics.fmean(
-                    h + p for h, p in zip(by_name[s.name]["host_params"], by_name[s.name]["seed_params"], strict=True)
-                )
-            )
-        )
+        s.name: width_for_mean_size(run.task, [r for r in results if r["controller"] == s.name])
         for s in run.controllers
         if s.grows
     }
