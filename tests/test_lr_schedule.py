@@ -14,8 +14,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from conftest import tiny_shapes_task
-from esper.kasmina.optimizers import cosine_lr_factor
-from esper.leyline import Decision
+from esper.kasmina.optimizers import cosine_lr_factor, seed_warmup_factor
+from esper.leyline import Decision, LifecycleOp
 from esper.runs.common import UsageError, check_same_run
 from esper.runs.config import HostTraining, resolved_config
 from esper.runs.eval_run import EVAL_DEFAULTS
@@ -94,3 +94,32 @@ def test_a_run_with_another_warm_up_is_refused(tmp_path: Path) -> None:
     assert check_same_run(tmp_path, eval_config(1), frozenset())
     with pytest.raises(UsageError, match="other settings"):
         check_same_run(tmp_path, eval_config(None), frozenset())
+
+
+@given(warmup=st.integers(0, 20), seed_epoch=st.integers(1, 60))
+def test_a_seed_ramps_as_the_host_did_from_its_germination(warmup: int, seed_epoch: int) -> None:
+    expected = seed_epoch / (warmup + 1) if seed_epoch <= warmup else 1.0
+    assert seed_warmup_factor(seed_epoch, warmup) == expected
+    if warmup == 0:
+        assert seed_warmup_factor(seed_epoch, warmup) == 1.0  # no warm-up: no seed ramp either
+
+
+def test_a_seed_germinated_after_the_host_warm_up_still_warms_up() -> None:
+    task = dataclasses.replace(tiny_shapes_task(), lr_warmup_epochs=2)
+    config = EnvConfig(
+        task=task, device=torch.device("cpu"), max_epochs=8, enabled_slots=("early",), max_germinations=1
+    )
+    env = MorphogeneticEnv(config, task.load_data(None))
+    env.reset(rng_seed=0)
+    for _ in range(3):
+        env.step(Decision.wait())  # past the host's warm-up
+    seed_rates, host_rates = [], []
+    for decision in (Decision(LifecycleOp.GERMINATE, "early", "conv_light"), Decision.wait(), Decision.wait()):
+        env.step(decision)
+        host_rates.append(env.optimizers.host.param_groups[0]["lr"])
+        seed_rates.append(env.optimizers.seeds["early"].param_groups[0]["lr"])
+    schedule = [cosine_lr_factor(e, 8, 2) for e in (4, 5, 6)]
+    assert host_rates == pytest.approx([task.host_lr * f for f in schedule])
+    assert seed_rates == pytest.approx(
+        [task.seed_lr * f * r for f, r in zip(schedule, (1 / 3, 2 / 3, 1.0), strict=True)]
+    )

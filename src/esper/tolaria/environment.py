@@ -223,7 +223,9 @@ class MorphogeneticEnv:
         self.clock.epoch += 1
         try:
             changes = self.seeds.execute(decision, self._last_val)
-            self.optimizers.set_epoch(self.clock.epoch, self.config.max_epochs, self.config.task.lr_warmup_epochs)
+            self.optimizers.set_epoch(
+                self.clock.epoch, self.config.max_epochs, self.config.task.lr_warmup_epochs, self.seeds.seed_epochs()
+            )
             # its accumulators are zeroed on the stream that updates them
             training = self.passes.open_epoch(self.model, self.optimizers.all(), self.scaler, self._forward)
         except BaseException:

@@ -134,6 +134,11 @@ class LifecycleExecutor:
             self.optimizers.add_seed(name, slot.seed.parameters())
         return self._log(name, changes)
 
+    def seed_epochs(self) -> dict[str, int]:
+        """Each live seed's 1-based epoch of life by slot (1: the epoch it was germinated in),
+        read from its record, which rollbacks and resumes restore."""
+        return {slot: self.clock.epoch - record.stage_history[0][0] + 1 for slot, record in self.live.items()}
+
     def fossilize(self, name: str, contribution: float | None) -> list[SlotChange]:
         """G4; a width seed is then merged into the host, its optimizer state with it."""
         slot = self.model.slot(name)
