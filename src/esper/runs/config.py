@@ -56,7 +56,8 @@ class HostTraining:
     make a cheaper training variant of the task (shapes draws 10,000 of its 50,000 per epoch)."""
     lr_warmup_epochs: int | None = None
     """Epochs of linear learning-rate warm-up before the cosine decay (epoch k of W at k / (W + 1)
-    of the peak); every embedded task has none."""
+    of the peak), and for each seed over its first W epochs from germination; every embedded task
+    has none."""
 
     def __post_init__(self) -> None:
         for name in ("batch_size", "width", "samples_per_epoch"):
