@@ -20,7 +20,7 @@ from esper.runs.common import UsageError, check_same_run
 from esper.runs.config import HostTraining, resolved_config
 from esper.runs.eval_run import EVAL_DEFAULTS
 from esper.scripts.cli import main
-from esper.tolaria import TASKS, EnvConfig, MorphogeneticEnv
+from esper.tolaria import TASKS, EnvConfig, MorphogeneticEnv, TaskSpec
 
 
 @given(max_epochs=st.integers(1, 200), data=st.data())
@@ -46,13 +46,23 @@ def test_a_warm_up_outside_the_episode_is_refused(warmup: int, max_epochs: int) 
         cosine_lr_factor(1, max_epochs, warmup)
 
 
-def test_the_env_trains_its_first_epochs_on_the_ramp() -> None:
+def warming_env(max_epochs: int, max_germinations: int) -> tuple[TaskSpec, MorphogeneticEnv]:
+    """A tiny shapes env with a 2-epoch warm-up, reset and ready to step."""
     task = dataclasses.replace(tiny_shapes_task(), lr_warmup_epochs=2)
     config = EnvConfig(
-        task=task, device=torch.device("cpu"), max_epochs=4, enabled_slots=("early",), max_germinations=0
+        task=task,
+        device=torch.device("cpu"),
+        max_epochs=max_epochs,
+        enabled_slots=("early",),
+        max_germinations=max_germinations,
     )
     env = MorphogeneticEnv(config, task.load_data(None))
     env.reset(rng_seed=0)
+    return task, env
+
+
+def test_the_env_trains_its_first_epochs_on_the_ramp() -> None:
+    task, env = warming_env(max_epochs=4, max_germinations=0)
     rates = []
     for _ in range(3):
         env.step(Decision.wait())  # the rate stays as the step set it until the next one
@@ -105,12 +115,7 @@ def test_a_seed_ramps_as_the_host_did_from_its_germination(warmup: int, seed_epo
 
 
 def test_a_seed_germinated_after_the_host_warm_up_still_warms_up() -> None:
-    task = dataclasses.replace(tiny_shapes_task(), lr_warmup_epochs=2)
-    config = EnvConfig(
-        task=task, device=torch.device("cpu"), max_epochs=8, enabled_slots=("early",), max_germinations=1
-    )
-    env = MorphogeneticEnv(config, task.load_data(None))
-    env.reset(rng_seed=0)
+    task, env = warming_env(max_epochs=8, max_germinations=1)
     for _ in range(3):
         env.step(Decision.wait())  # past the host's warm-up
     seed_rates, host_rates = [], []
