@@ -1,0 +1,78 @@
+"""`experiments/lr-warmup/collect.py`: eval runs of different host knobs gathered into one record."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import EXPERIMENTS, load_benchmark
+
+collect = load_benchmark("collect", EXPERIMENTS / "lr-warmup")
+
+
+def run_dir(path: Path, controller: str, accuracy: list[float], warmup: int | None, **fields: object) -> str:
+    """An `esper eval` run directory of one controller on seeds 0..2, as the command writes it."""
+    path.mkdir()
+    record = {"seeds": [0, 1, 2], "task": "shapes", "max_epochs": 40, "torch": "2.13.0+cpu", "cpu_capability": "AVX512"}
+    (path / "eval.json").write_text(json.dumps({**record, **fields}))
+    config = {
+        "command_line": ["esper", "eval", "--controllers", controller],
+        "knobs": {"host": {"lr_warmup_epochs": warmup}},
+    }
+    (path / "config.json").write_text(json.dumps(config))
+    rows = [
+        {
+            "controller": controller,
+            "seed": seed,
+            "test_accuracy": a,
+            "val_accuracy": a + 1,
+            "host_params": 100,
+            "seed_params": 10 * seed,
+            "train_gflops": 2.0,
+            "fossilized": 1,
+            "culled": 0,
+        }
+        for seed, a in zip([2, 0, 1], accuracy, strict=True)  # written out of seed order, as workers finish
+    ]
+    (path / "episodes.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+def test_arms_pair_seed_by_seed_and_keep_their_knobs(tmp_path: Path) -> None:
+    warm = run_dir(tmp_path / "warm", "static", [72.0, 70.0, 71.0], warmup=3)
+    plain = run_dir(tmp_path / "plain", "static", [71.0, 71.0, 69.0], warmup=None)
+    record, episodes = collect.collect(
+        [["warm", warm, "static"], ["plain", plain, "static"]], [["warm", "plain"]], {"warm": "abc"}
+    )
+    (pair,) = record["paired"]
+    # by seed: 0: 70 - 71, 1: 71 - 69, 2: 72 - 71
+    assert pair["a_minus_b_test_accuracy"]["mean"] == pytest.approx((-1.0 + 2.0 + 1.0) / 3)
+    assert pair["a_ahead_on_test"] == 2
+    assert record["arms"]["warm"]["host_knobs"] == {"lr_warmup_epochs": 3}
+    assert record["arms"]["plain"]["host_knobs"] == {}
+    assert (record["arms"]["warm"]["commit"], record["arms"]["warm"]["mean_final_params"]) == ("abc", 110.0)
+    assert [e["arm"] for e in episodes] == ["warm"] * 3 + ["plain"] * 3
+
+
+@pytest.mark.parametrize("field, value", [("seeds", [0, 1, 3]), ("cpu_capability", "AVX2"), ("max_epochs", 20)])
+def test_arms_that_disagree_are_one_line_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], field: str, value: object
+) -> None:
+    a = run_dir(tmp_path / "a", "static", [70.0, 70.0, 70.0], warmup=3)
+    b = run_dir(tmp_path / "b", "static", [70.0, 70.0, 70.0], warmup=None, **{field: value})
+    out, episodes = tmp_path / "record.json", tmp_path / "episodes.jsonl"
+    argv = ["--arm", "a", a, "static", "--arm", "b", b, "static", "--out", str(out), "--episodes", str(episodes)]
+    assert collect.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and field in err
+    assert not out.exists() and not episodes.exists()
+
+
+def test_an_unknown_pair_or_a_missing_controller_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    a = run_dir(tmp_path / "a", "static", [70.0, 70.0, 70.0], warmup=3)
+    out, episodes = str(tmp_path / "r.json"), str(tmp_path / "e.jsonl")
+    assert collect.main(["--arm", "a", a, "static", "--pair", "a", "b", "--out", out, "--episodes", episodes]) == 2
+    assert collect.main(["--arm", "a", a, "heuristic", "--out", out, "--episodes", episodes]) == 2
+    assert capsys.readouterr().err.count("\n") == 2
