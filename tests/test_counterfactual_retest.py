@@ -155,6 +155,10 @@ def test_the_episodes_decide_on_the_reading_asked_for() -> None:
     assert module.eval_run(["heuristic"], "150:151", 2, "accuracy").env.thresholds.keep_reading == "accuracy"
 
 
+def test_the_episodes_train_without_a_warm_up_as_the_records_did() -> None:
+    assert load_script().eval_run(["heuristic"], "150:151", None).env.episode_lr_warmup_epochs == 0
+
+
 def test_check_against_refuses_a_file_without_these_episodes_before_the_run(tmp_path, capsys) -> None:
     path = tmp_path / "eval.json"
     path.write_text(json.dumps({"seeds": [1], "controllers": {"heuristic": {"test_accuracy": [50.0]}}}))

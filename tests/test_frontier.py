@@ -108,6 +108,14 @@ def test_an_arm_runs_under_the_gate_thresholds_its_name_carries() -> None:
         frontier.job(task, frontier.Arm("naive~keep_reading=fresh", 8), 200, 40)
 
 
+def test_every_arm_trains_without_the_warm_up_its_held_episodes_never_had() -> None:
+    task = frontier.get_task("shapes")
+    assert task.warmup_for(40) == 3  # the task's own since 2026-11-28
+    for name in ("static", "naive", "heuristic", "heuristic+width", "policy:shapes"):
+        job = frontier.job(task, frontier.Arm(name, 8), 200, 40)
+        assert frontier.EnvConfig(task=task, **job.env_fields).episode_lr_warmup_epochs == 0, name
+
+
 def test_a_heuristic_arm_records_its_knobs_and_runs_with_them() -> None:
     task = frontier.get_task("shapes")
     plain, width = frontier.arm_heuristic(task, "heuristic"), frontier.arm_heuristic(task, "heuristic+width")

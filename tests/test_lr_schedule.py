@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from conftest import tiny_shapes_task
 from esper.kasmina.optimizers import cosine_lr_factor, seed_warmup_factor
 from esper.leyline import Decision, LifecycleOp
-from esper.runs.common import UsageError, check_same_run
+from esper.runs.common import UsageError, check_same_run, legacy_knobs
 from esper.runs.config import HostTraining, resolved_config
 from esper.runs.eval_run import EVAL_DEFAULTS
 from esper.scripts.cli import main
@@ -48,13 +48,14 @@ def test_a_warm_up_outside_the_episode_is_refused(warmup: int, max_epochs: int) 
 
 def warming_env(max_epochs: int, max_germinations: int) -> tuple[TaskSpec, MorphogeneticEnv]:
     """A tiny shapes env with a 2-epoch warm-up, reset and ready to step."""
-    task = dataclasses.replace(tiny_shapes_task(), lr_warmup_epochs=2)
+    task = tiny_shapes_task()
     config = EnvConfig(
         task=task,
         device=torch.device("cpu"),
         max_epochs=max_epochs,
         enabled_slots=("early",),
         max_germinations=max_germinations,
+        lr_warmup_epochs=2,
     )
     env = MorphogeneticEnv(config, task.load_data(None))
     env.reset(rng_seed=0)
@@ -90,20 +91,87 @@ def eval_config(warmup: int | None) -> dict:
     return resolved_config("eval", {**EVAL_DEFAULTS, "controllers": ["static"], "seeds": "0:1"}, knobs)
 
 
-def test_a_run_recorded_before_the_warm_up_still_resumes(tmp_path: Path) -> None:
+@pytest.mark.parametrize("recorded", ["missing", "none"])
+def test_a_run_recorded_before_the_warm_up_resumes_as_it_ran(recorded: str, tmp_path: Path) -> None:
+    """Before 2026-11-28 a run recorded the warm-up knob unresolved (or not at all), and every
+    embedded task's own warm-up was 0: such a run resumes without one, and is refused on the
+    warm-up shapes has taken since."""
     before = json.loads(json.dumps(eval_config(None)))
-    del before["knobs"]["host"]["lr_warmup_epochs"]
+    if recorded == "missing":
+        del before["knobs"]["host"]["lr_warmup_epochs"]
     (tmp_path / "config.json").write_text(json.dumps(before))
-    assert check_same_run(tmp_path, eval_config(None), frozenset())
+    assert check_same_run(tmp_path, eval_config(0), frozenset())
     with pytest.raises(UsageError, match="other settings"):
-        check_same_run(tmp_path, eval_config(2), frozenset())
+        check_same_run(tmp_path, eval_config(3), frozenset())
 
 
 def test_a_run_with_another_warm_up_is_refused(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text(json.dumps(eval_config(1)))
     assert check_same_run(tmp_path, eval_config(1), frozenset())
     with pytest.raises(UsageError, match="other settings"):
-        check_same_run(tmp_path, eval_config(None), frozenset())
+        check_same_run(tmp_path, eval_config(3), frozenset())
+
+
+def test_a_checkpoint_saved_before_the_warm_up_resumes_without_one() -> None:
+    saved = {"host": {"lr_warmup_epochs": None, "width": None}, "ppo": {"lr": 1e-4}}
+    assert legacy_knobs(saved) == {"host": {"lr_warmup_epochs": 0, "width": None}, "ppo": {"lr": 1e-4}}
+    assert legacy_knobs({"host": {"lr_warmup_epochs": 3}}) == {"host": {"lr_warmup_epochs": 3}}
+    assert saved["host"]["lr_warmup_epochs"] is None  # the record itself is not changed
+
+
+@pytest.mark.parametrize(
+    "episode_epochs, expected", [(40, 3), (80, 6), (27, 2), (20, 1), (14, 1), (13, 0), (3, 0), (1, 0)]
+)
+def test_shapes_warms_up_for_the_same_share_of_any_episode(episode_epochs: int, expected: int) -> None:
+    assert TASKS["shapes"].warmup_for(episode_epochs) == expected
+
+
+@given(warmup=st.integers(0, 50), task_epochs=st.integers(1, 100), episode_epochs=st.integers(1, 400))
+def test_a_fitted_warm_up_always_fits_its_episode(warmup: int, task_epochs: int, episode_epochs: int) -> None:
+    task = dataclasses.replace(
+        tiny_shapes_task(), lr_warmup_epochs=min(warmup, task_epochs - 1), max_epochs=task_epochs
+    )
+    fitted = task.warmup_for(episode_epochs)
+    assert 0 <= fitted < episode_epochs
+    assert fitted <= task.lr_warmup_epochs or episode_epochs > task_epochs
+    config = EnvConfig(task, torch.device("cpu"), episode_epochs, ("early",), 0)  # never refused
+    assert config.episode_lr_warmup_epochs == fitted
+    assert (
+        EnvConfig(task, torch.device("cpu"), episode_epochs, ("early",), 0, lr_warmup_epochs=0).episode_lr_warmup_epochs
+        == 0
+    )
+
+
+def test_only_shapes_warms_up_by_default() -> None:
+    assert {name: task.lr_warmup_epochs for name, task in TASKS.items()} == {
+        "shapes": 3, "pydoc": 0, "cifar10": 0, "textfile": 0
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "max_epochs, flag, recorded", [(6, [], 3), (2, [], 1), (2, ["--host.lr_warmup_epochs", "0"], 0)]
+)
+def test_a_run_records_the_warm_up_it_ran(
+    max_epochs: int, flag: list[str], recorded: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A task warming up for 3 of its 6 epochs warms up for 1 of a 2-epoch run, and the run
+    directory says so."""
+    monkeypatch.setitem(TASKS, "shapes", dataclasses.replace(tiny_shapes_task(), lr_warmup_epochs=3))
+    run_dir = tmp_path / "run"
+    args = [
+        "grow",
+        "--controller",
+        "static",
+        "--max-epochs",
+        str(max_epochs),
+        *flag,
+        "--run-dir",
+        str(run_dir),
+        "--quiet",
+    ]
+    assert main(args) == 0
+    config = json.loads((run_dir / "config.json").read_text())
+    assert config["knobs"]["host"]["lr_warmup_epochs"] == recorded
 
 
 @given(warmup=st.integers(0, 20), seed_epoch=st.integers(1, 60))

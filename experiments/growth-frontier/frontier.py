@@ -92,6 +92,10 @@ class Arm:
         return f"{self.name}@{self.width}"
 
 
+FRONTIER_WARMUP_EPOCHS = 0
+"""Every arm trains without a learning-rate warm-up, the recipe of every held episode: `shapes`
+has warmed up for 3 of its 40 epochs by default since 2026-11-28."""
+
 FRONTIER_GATES = GateThresholds(keep_reading="accuracy")
 """The gates every arm runs under unless its name says otherwise: the accuracy reading, the
 default until 2026-11-27, which every held episode ran with (`~keep_reading=loss` for the other)."""
@@ -168,6 +172,7 @@ def job(task: TaskSpec, arm: Arm, seed: int, epochs: int) -> EpisodeJob:
         0 if spec.kind == "static" else DEFAULT_MAX_GERMINATIONS,
         thresholds=gate_thresholds(arm.name),
         host_width=arm.width,
+        lr_warmup_epochs=FRONTIER_WARMUP_EPOCHS,
     )
     fields = {f.name: getattr(env, f.name) for f in dataclasses.fields(env) if f.name != "task"}
     host = dataclasses.asdict(HostTraining())

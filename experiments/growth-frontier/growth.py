@@ -42,7 +42,10 @@ def episode(task_name: str, arm: str, rng_seed: int, max_epochs: int, host_width
     data = task.load_data(task.resolve_data_dir(None))
     slots = task.slot_names
     max_germinations = DEFAULT_MAX_GERMINATIONS if arm == "grown" else 0
-    config = EnvConfig(task, torch.device("cpu"), max_epochs, slots, max_germinations, host_width=host_width)
+    # No warm-up: the recipe of this record (2026-11-23); shapes has warmed up by default since 2026-11-28.
+    config = EnvConfig(
+        task, torch.device("cpu"), max_epochs, slots, max_germinations, host_width=host_width, lr_warmup_epochs=0
+    )
     controller = HeuristicController(
         task.topology, slots, config=tuned_heuristic(task.name), thresholds=config.thresholds
     )

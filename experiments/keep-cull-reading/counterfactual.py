@@ -54,7 +54,9 @@ def reading(blueprint: str, slot: str, germinate_at: int, read_at: int, rng_seed
     task = get_task("shapes")
     data = task.load_data(None)
     slots = task.slot_names
-    env = MorphogeneticEnv(EnvConfig(task, torch.device("cpu"), 40, slots, 6, thresholds=KEEP_ALIVE), data)
+    # No warm-up: the recipe of this record; shapes has warmed up by default since 2026-11-28.
+    config = EnvConfig(task, torch.device("cpu"), 40, slots, 6, thresholds=KEEP_ALIVE, lr_warmup_epochs=0)
+    env = MorphogeneticEnv(config, data)
     env.reset(rng_seed)
     for epoch in range(1, read_at + 1):
         grow = epoch == germinate_at

@@ -53,7 +53,8 @@ def main() -> int:
             max_epochs=args.max_epochs,
             seed=args.seed,
             run_dir=run_dir,
-            knobs={"reward": {"mode": args.reward_mode}},
+            # No warm-up: the recipe of this experiment's records (shapes' default since 2026-11-28 has one).
+            knobs={"reward": {"mode": args.reward_mode}, "host": {"lr_warmup_epochs": 0}},
         )
     except esper.runs.UsageError as error:
         print(f"ppo_learning: error: {error}", file=sys.stderr)

@@ -266,10 +266,26 @@ def rebuilt_tensorboard(run_dir: Path, config: dict[str, Any]) -> TensorBoardBac
     return board
 
 
+LEGACY_KNOB_VALUES: dict[tuple[str, str], Any] = {("host", "lr_warmup_epochs"): 0}
+"""Knobs a run directory once recorded as None (or not at all) and now records resolved, with
+the value such a run had: every embedded task's warm-up was 0 until shapes took 3 on 2026-11-28."""
+
+
+def legacy_knobs(recorded: dict[str, dict]) -> dict[str, dict]:
+    """`recorded` (a run directory's or a checkpoint's knobs) with what an older Esper left
+    unresolved filled in (`LEGACY_KNOB_VALUES`), so it is compared, or resumed, as it ran."""
+    knobs = {group: dict(values) for group, values in recorded.items()}
+    for (group, knob), value in LEGACY_KNOB_VALUES.items():
+        if group in knobs and knobs[group].get(knob) is None:
+            knobs[group][knob] = value
+    return knobs
+
+
 def same_knobs(recorded: dict[str, dict], now: dict[str, dict]) -> bool:
     """Whether a run's recorded knobs are `now`'s. A knob added to Esper after the run was
-    recorded, at a default of None (the task's own value, as `host.lr_warmup_epochs`), is the
-    setting the run had: a run started before an upgrade can still be resumed after it."""
+    recorded, at a default of None, is the setting the run had: a run started before an upgrade
+    can still be resumed after it. A knob recorded unresolved is read as it ran (`legacy_knobs`)."""
+    recorded = legacy_knobs(recorded)
     for group in recorded.keys() | now.keys():
         before, after = recorded.get(group, {}), now.get(group, {})
         for knob in before.keys() | after.keys():

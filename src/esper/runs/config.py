@@ -56,8 +56,9 @@ class HostTraining:
     make a cheaper training variant of the task (shapes draws 10,000 of its 50,000 per epoch)."""
     lr_warmup_epochs: int | None = None
     """Epochs of linear learning-rate warm-up before the cosine decay (epoch k of W at k / (W + 1)
-    of the peak), and for each seed over its first W epochs from germination; every embedded task
-    has none."""
+    of the peak), and for each seed over its first W epochs from germination. The task's own when
+    not given: shapes 3 of its 40 epochs (since 2026-11-28), the same share of a shorter episode
+    rounded down; the other embedded tasks none."""
 
     def __post_init__(self) -> None:
         for name in ("batch_size", "width", "samples_per_epoch"):
@@ -67,9 +68,19 @@ class HostTraining:
         if self.lr_warmup_epochs is not None and self.lr_warmup_epochs < 0:
             raise ValueError(f"host.lr_warmup_epochs must be >= 0, got {self.lr_warmup_epochs}")
 
+    def with_episode_warmup(self, task: TaskSpec, max_epochs: int) -> HostTraining:
+        """These knobs with the warm-up the episode runs written in: the task's own, fitted to
+        `max_epochs`, when none was given. A run directory records it, so a run resumed after a
+        task's default warm-up changed is refused, not continued on another recipe."""
+        if self.lr_warmup_epochs is not None:
+            return self
+        return dataclasses.replace(self, lr_warmup_epochs=task.warmup_for(max_epochs))
+
     def apply(self, task: TaskSpec) -> TaskSpec:
-        """`task` with these hyperparameters in place of its own (the width goes to the env)."""
-        given = {k: v for k, v in dataclasses.asdict(self).items() if v is not None and k != "width"}
+        """`task` with these hyperparameters in place of its own (the width and the warm-up go to
+        the env, which fits the task's own warm-up to its episode)."""
+        env_knobs = ("width", "lr_warmup_epochs")
+        given = {k: v for k, v in dataclasses.asdict(self).items() if v is not None and k not in env_knobs}
         return dataclasses.replace(task, **given)
 
 

@@ -365,6 +365,7 @@ def resolve_eval(args: argparse.Namespace, rest: Sequence[str] = ()) -> EvalRun:
         check_heuristic_fits(task, spec, knobs["heuristic"], blueprints, knobs["host"].width, slots)
     max_epochs = task.max_epochs if settings["max_epochs"] is None else settings["max_epochs"]
     check_minimum("--max-epochs", max_epochs, 1)
+    knobs["host"] = knobs["host"].with_episode_warmup(task, max_epochs)
     check_minimum("--max-germinations", settings["max_germinations"], 0)
     workers = (os.cpu_count() or 1) if settings["workers"] is None else settings["workers"]
     check_minimum("--workers", workers, 0)
@@ -394,6 +395,7 @@ def resolve_eval(args: argparse.Namespace, rest: Sequence[str] = ()) -> EvalRun:
         thresholds=knobs["gates"],
         governor=knobs["governor"],
         host_width=knobs["host"].width,
+        lr_warmup_epochs=knobs["host"].lr_warmup_epochs,
     )
     return EvalRun(
         task, env, controllers, seeds, knobs["heuristic"], blueprints, bool(settings["sample"]), settings["data_dir"],

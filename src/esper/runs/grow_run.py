@@ -131,6 +131,7 @@ def resolve_growth(args: argparse.Namespace, rest: Sequence[str] = ()) -> Growth
     check_minimum("--max-germinations", settings["max_germinations"], 0)
     max_epochs = task.max_epochs if settings["max_epochs"] is None else settings["max_epochs"]
     check_minimum("--max-epochs", max_epochs, 1)
+    knobs["host"] = knobs["host"].with_episode_warmup(task, max_epochs)
     device = resolve_device_arg(settings["device"])
     apply_deterministic(settings)
     blueprints = resolve_heuristic_blueprints(
@@ -150,6 +151,7 @@ def resolve_growth(args: argparse.Namespace, rest: Sequence[str] = ()) -> Growth
         thresholds=knobs["gates"],
         governor=knobs["governor"],
         host_width=knobs["host"].width,
+        lr_warmup_epochs=knobs["host"].lr_warmup_epochs,
     )
     return GrowthRun(
         controller,

@@ -36,6 +36,7 @@ from esper.runs.common import (
     check_minimum,
     check_run_dir,
     env_config,
+    legacy_knobs,
     load_task_data,
     progress_bar,
     resolve_blueprints,
@@ -166,6 +167,7 @@ def resolve_ppo(args: argparse.Namespace, rest: Sequence[str] = (), ctx: DistCon
     check_counts(settings)
     max_epochs = settings["max_epochs"] or task.max_epochs
     check_minimum("--max-epochs", max_epochs, 1)
+    knobs["host"] = knobs["host"].with_episode_warmup(task, max_epochs)
     policy_device, devices = resolve_devices(settings, ctx)
     amp = resolve_amp(settings["amp"], devices)
     slots = resolve_slots(task, settings["slots"])
@@ -203,7 +205,7 @@ def resolve_ppo(args: argparse.Namespace, rest: Sequence[str] = (), ctx: DistCon
         task=task, device=devices[0], max_epochs=max_epochs, enabled_slots=slots,
         max_germinations=settings["max_germinations"], thresholds=knobs["gates"], governor=knobs["governor"],
         amp=amp, compile_backend="inductor" if settings["compile"] else None, cuda_graphs=settings["cuda_graphs"],
-        host_width=knobs["host"].width,
+        host_width=knobs["host"].width, lr_warmup_epochs=knobs["host"].lr_warmup_epochs,
     )  # fmt: skip
     clone_flag = getattr(args, "clone_episodes", None)  # given on this command line (a Python call: a setting)
     return PPORun(
@@ -277,7 +279,7 @@ def resolve_settings_and_knobs(
     """Settings and knobs, each layered: defaults < the checkpoint's < the file's < the flags."""
     file_settings, file_knobs = config_file(args, DEFAULTS, PPO_GROUPS)
     settings = merge_settings(DEFAULTS, resume["settings"] if resume else {}, file_settings, args=args)
-    saved = resume["knobs"] if resume else {}
+    saved = legacy_knobs(resume["knobs"]) if resume else {}
     layered = {g: {**saved.get(g, {}), **file_knobs.get(g, {})} for g in PPO_GROUPS}
     knobs = parse_knobs(PPO_GROUPS, rest, over_tuned_heuristic(resolve_task(settings["task"]).name, layered))
     return settings, knobs

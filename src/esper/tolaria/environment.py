@@ -75,6 +75,9 @@ class EnvConfig:
     """On CUDA, replay the training step and the selection measurement as CUDA graphs
     (`esper.tolaria.graphs`); without fp16 and `compile_backend` only, which run eagerly. No
     effect on the CPU."""
+    lr_warmup_epochs: int | None = None
+    """Epochs of learning-rate warm-up (`cosine_lr_factor`), for host and seeds alike; None: the
+    task's own, fitted to this episode's length (`TaskSpec.warmup_for`)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.device, torch.device):
@@ -86,15 +89,22 @@ class EnvConfig:
             raise ValueError(f"max_epochs must be >= 1, got {self.max_epochs}")
         if self.max_germinations < 0:
             raise ValueError(f"max_germinations must be >= 0, got {self.max_germinations}")
-        if not 0 <= self.task.lr_warmup_epochs < self.max_epochs:
+        if not 0 <= self.episode_lr_warmup_epochs < self.max_epochs:
             raise ValueError(
                 f"host.lr_warmup_epochs must be >= 0 and below the episode's {self.max_epochs} epochs, "
-                f"got {self.task.lr_warmup_epochs}"
+                f"got {self.episode_lr_warmup_epochs}"
             )
         if self.host_width is not None and self.host_width < 1:
             raise ValueError(f"host_width must be >= 1, got {self.host_width}")
         if self.amp is not None and self.amp not in PRECISIONS:
             raise ValueError(f"unknown amp precision {self.amp!r}; choose from: {' '.join(PRECISIONS)}")
+
+    @property
+    def episode_lr_warmup_epochs(self) -> int:
+        """The warm-up this episode runs: `lr_warmup_epochs`, or the task's fitted to `max_epochs`."""
+        if self.lr_warmup_epochs is not None:
+            return self.lr_warmup_epochs
+        return self.task.warmup_for(self.max_epochs)
 
 
 @dataclass(frozen=True)
@@ -224,7 +234,7 @@ class MorphogeneticEnv:
         try:
             changes = self.seeds.execute(decision, self._last_val)
             self.optimizers.set_epoch(
-                self.clock.epoch, self.config.max_epochs, self.config.task.lr_warmup_epochs, self.seeds.seed_epochs()
+                self.clock.epoch, self.config.max_epochs, self.config.episode_lr_warmup_epochs, self.seeds.seed_epochs()
             )
             # its accumulators are zeroed on the stream that updates them
             training = self.passes.open_epoch(self.model, self.optimizers.all(), self.scaler, self._forward)

@@ -59,7 +59,8 @@ class TaskSpec:
     """Training images (or text windows) per epoch in place of the dataset's own count (None:
     the dataset's): a cheaper training variant of the task, with the same selection and test splits."""
     lr_warmup_epochs: int = 0
-    """Epochs of linear learning-rate warm-up before the cosine decay (`cosine_lr_factor`)."""
+    """Epochs of linear learning-rate warm-up before the cosine decay (`cosine_lr_factor`), in an
+    episode of the task's `max_epochs`; an episode of another length fits it (`warmup_for`)."""
 
     @property
     def slot_ids(self) -> tuple[SlotId, ...]:
@@ -87,6 +88,15 @@ class TaskSpec:
             if params >= target_params:
                 return best
             width += 1
+
+    def warmup_for(self, episode_epochs: int) -> int:
+        """The task's warm-up in an episode of `episode_epochs`: the same share of the schedule,
+        rounded down (shapes: 3 of its 40 epochs, 1 of 20, none below 14).
+
+        A short run (`--max-epochs 2`, a test, a PPO round of short episodes) is not refused
+        for a warm-up longer than itself that it never asked for, and a warm-up given explicitly
+        (`--host.lr_warmup_epochs`, `EnvConfig.lr_warmup_epochs`) is taken as given."""
+        return self.lr_warmup_epochs * episode_epochs // self.max_epochs
 
     def resolve_data_dir(self, flag: str | None) -> Path | None:
         """`--data-dir`, else $ESPER_DATA_DIR, for tasks that read from disk; a clear error otherwise."""
@@ -130,6 +140,7 @@ TASKS: dict[str, TaskSpec] = {
             seed_lr=3e-3,
             weight_decay=1e-4,
             max_epochs=40,
+            lr_warmup_epochs=3,  # since 2026-11-28 (experiments/lr-warmup)
         ),
         TaskSpec(
             name="pydoc",
