@@ -129,3 +129,28 @@ def test_sigterm_to_the_whole_process_group_stops_eval_cleanly(tmp_path: Path) -
     # Before the signal one episode finished, or two together (each then handed its worker the
     # next); after it the two running finish and none of the queued ones starts (all 6 did once).
     assert saved <= 4, saved
+
+
+def test_a_held_sized_static_of_another_width_is_refused(
+    tiny_shapes, workdir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`matched` is held by (controller, seed) alone: a row of another width (a run directory put
+    together by hand) is one line naming it, not reported under this run's width."""
+    args = ["eval", "--controllers", "heuristic", "matched", "--seeds", "3:5", "--max-epochs", "2", "--workers", "0"]
+    run_dir = tmp_path / "run"
+    assert main([*args, "--run-dir", str(run_dir)]) == 0
+    episodes = run_dir / "episodes.jsonl"
+    rows = [json.loads(line) for line in episodes.read_text().splitlines()]
+    matched = [r for r in rows if r["controller"] == "matched"]
+    assert matched
+    matched[-1]["host_params"] += 1
+    episodes.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    before = episodes.read_text()
+    capsys.readouterr()
+    assert main([*args, "--resume", "last", "--run-dir", str(run_dir)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"matched seed {matched[-1]['seed']}" in err[0] and "not width" in err[0], err
+    assert episodes.read_text() == before  # nothing appended or lost
+    matched[-1]["host_params"] -= 1
+    episodes.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert main([*args, "--resume", "last", "--run-dir", str(run_dir)]) == 0

@@ -604,6 +604,7 @@ def run_sized(
 ) -> list[dict[str, Any]]:
     """The sized statics' episodes, each width once: a static host of one width and seed is one
     run, so `compute` at `matched`'s width takes `matched`'s episodes (it ran them twice)."""
+    check_held_widths(run, specs, widths)
     first: dict[int, ControllerSpec] = {}
     for spec in specs:
         first.setdefault(widths[spec.kind], spec)
@@ -614,6 +615,24 @@ def run_sized(
             print(f"  {spec.name}: the episodes of {owner.name}, a static host of the same width", flush=True)
             results += [{**r, "controller": spec.name} for r in results if r["controller"] == owner.name]
     return results
+
+
+def check_held_widths(run: EvalRun, specs: list[ControllerSpec], widths: dict[str, int]) -> None:
+    """A held episode of a sized static is taken by (controller, seed) alone: refuse one whose
+    host is not of the width this run sizes it at (a run directory assembled or edited by hand),
+    rather than report it under that width."""
+    counts: dict[int, int] = {}
+    for spec in specs:
+        width = widths[spec.kind]
+        if width not in counts:
+            counts[width] = sum(p.numel() for p in run.task.build_host(width).parameters())
+        for row in run.finished:
+            if row["controller"] == spec.name and row["host_params"] != counts[width]:
+                raise RunFailure(
+                    f"{spec.name} seed {row['seed']} in {run.run_dir / EPISODES_FILE} has a host of "
+                    f"{row['host_params']:,} parameters, not width {width}'s {counts[width]:,}: "
+                    "evaluate in a new --run-dir"
+                )
 
 
 def in_flight(pool, jobs: list[EpisodeJob], workers: int, stop: GracefulStop) -> Iterator[dict[str, Any]]:
