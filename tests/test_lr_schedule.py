@@ -101,7 +101,7 @@ def test_a_run_recorded_before_the_warm_up_resumes_as_it_ran(recorded: str, tmp_
         del before["knobs"]["host"]["lr_warmup_epochs"]
     (tmp_path / "config.json").write_text(json.dumps(before))
     assert check_same_run(tmp_path, eval_config(0), frozenset())
-    with pytest.raises(UsageError, match="other settings"):
+    with pytest.raises(UsageError, match=r"other settings \(the knobs host.lr_warmup_epochs: 0 -> 3\)"):
         check_same_run(tmp_path, eval_config(3), frozenset())
 
 

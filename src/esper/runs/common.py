@@ -281,19 +281,21 @@ def legacy_knobs(recorded: dict[str, dict]) -> dict[str, dict]:
     return knobs
 
 
-def same_knobs(recorded: dict[str, dict], now: dict[str, dict]) -> bool:
-    """Whether a run's recorded knobs are `now`'s. A knob added to Esper after the run was
-    recorded, at a default of None, is the setting the run had: a run started before an upgrade
-    can still be resumed after it. A knob recorded unresolved is read as it ran (`legacy_knobs`)."""
+def knobs_that_differ(recorded: dict[str, dict], now: dict[str, dict]) -> list[str]:
+    """The knobs, as `group.knob: recorded -> now`, in which a run's recorded knobs are not `now`'s.
+    A knob added to Esper after the run was recorded, at a default of None, is the setting the
+    run had: a run started before an upgrade can still be resumed after it. A knob recorded
+    unresolved is read as it ran (`legacy_knobs`)."""
     recorded = legacy_knobs(recorded)
-    for group in recorded.keys() | now.keys():
+    differ = []
+    for group in sorted(recorded.keys() | now.keys()):
         before, after = recorded.get(group, {}), now.get(group, {})
-        for knob in before.keys() | after.keys():
+        for knob in sorted(before.keys() | after.keys()):
             if knob not in before and after[knob] is None:
                 continue
             if knob not in before or knob not in after or before[knob] != after[knob]:
-                return False
-    return True
+                differ.append(f"{group}.{knob}: {before.get(knob)!r} -> {after.get(knob)!r}")
+    return differ
 
 
 def check_same_run(run_dir: Path, config: dict[str, Any], free: frozenset[str]) -> bool:
@@ -305,7 +307,8 @@ def check_same_run(run_dir: Path, config: dict[str, Any], free: frozenset[str]) 
     before = json.loads(recorded.read_text())
     keys = set(before["settings"]) | set(config["settings"])
     differ = sorted(k for k in keys if k not in free and before["settings"].get(k) != config["settings"].get(k))
-    if differ or not same_knobs(before["knobs"], json.loads(json.dumps(config["knobs"]))):
-        what = ", ".join(differ) if differ else "the knobs"
+    knobs = knobs_that_differ(before["knobs"], json.loads(json.dumps(config["knobs"])))
+    if differ or knobs:
+        what = ", ".join(differ) if differ else "the knobs " + "; ".join(knobs)
         raise UsageError(f"{str(run_dir)!r} was run with other settings ({what}): resume it with the same ones")
     return True
