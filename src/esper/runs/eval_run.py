@@ -604,7 +604,6 @@ def run_sized(
 ) -> list[dict[str, Any]]:
     """The sized statics' episodes, each width once: a static host of one width and seed is one
     run, so `compute` at `matched`'s width takes `matched`'s episodes (it ran them twice)."""
-    check_held_widths(run, specs, widths)
     first: dict[int, ControllerSpec] = {}
     for spec in specs:
         first.setdefault(widths[spec.kind], spec)
@@ -818,6 +817,7 @@ def run_eval(run: EvalRun) -> dict[str, Any]:
             print(f"  {kind}: a static host of width {width} (default {run.task.host_width})", flush=True)
         sized = [s for s in run.controllers if s.kind in SIZED_STATICS]
         if sized:
+            check_held_widths(run, sized, widths)
             results += run_sized(run, pool, sized, widths, stop)
     report = comparison(run, results, widths)
     report.update(torch_build())
