@@ -620,16 +620,14 @@ def check_held_widths(run: EvalRun, specs: list[ControllerSpec], widths: dict[st
     """A held episode of a sized static is taken by (controller, seed) alone: refuse one whose
     host is not of the width this run sizes it at (a run directory assembled or edited by hand),
     rather than report it under that width."""
-    counts: dict[int, int] = {}
     for spec in specs:
         width = widths[spec.kind]
-        if width not in counts:
-            counts[width] = sum(p.numel() for p in run.task.build_host(width).parameters())
+        params = run.task.host_params(width)
         for row in run.finished:
-            if row["controller"] == spec.name and row["host_params"] != counts[width]:
+            if row["controller"] == spec.name and row["host_params"] != params:
                 raise RunFailure(
                     f"{spec.name} seed {row['seed']} in {run.run_dir / EPISODES_FILE} has a host of "
-                    f"{row['host_params']:,} parameters, not width {width}'s {counts[width]:,}: "
+                    f"{row['host_params']:,} parameters, not width {width}'s {params:,}: "
                     "evaluate in a new --run-dir"
                 )
 

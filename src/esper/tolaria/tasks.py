@@ -76,12 +76,16 @@ class TaskSpec:
         to the size of a grown one, for a fair comparison)."""
         return self.make_host(self.host_width if width is None else width)
 
+    def host_params(self, width: int) -> int:
+        """Parameters of the task's host at `width`."""
+        return sum(p.numel() for p in self.make_host(width).parameters())
+
     def width_for_params(self, target_params: int) -> int:
         """The host width whose parameter count is closest to `target_params` (at least the default)."""
         best, best_gap = self.host_width, math.inf
         width = self.host_width
         while True:
-            params = sum(p.numel() for p in self.make_host(width).parameters())
+            params = self.host_params(width)
             gap = abs(params - target_params)
             if gap < best_gap:
                 best, best_gap = width, gap
