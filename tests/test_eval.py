@@ -282,6 +282,18 @@ def test_eval_refuses_the_seeds_a_policy_trained_on(
             ["--controllers", "naive:widen_25@3", "--seeds", "0:2", "--host.width", "1"],
             ["naive:widen_25@3", "slot 'early'", "less than one unit"],
         ),
+        (["--controllers", "naive:middle=widen_25@1", "--seeds", "0:2"], ["'middle'", "early mid late"]),
+        (
+            ["--controllers", "naive:late=widen_25@1", "--seeds", "0:2", "--slots", "early"],
+            ["'late' is not enabled", "choose from: early"],
+        ),
+        (["--controllers", "naive:mid=widen_25@1,mid=widen_50@2", "--seeds", "0:2"], ["names a slot twice"]),
+        (["--controllers", "naive:widen_25@1,mid=widen_50@2", "--seeds", "0:2"], ["name a slot in every entry"]),
+        (["--controllers", "naive:=widen_25@1", "--seeds", "0:2"], ["naive:=widen_25@1", "SLOT=BLUEPRINT@EPOCH"]),
+        (
+            ["--controllers", "naive:mid=widen_25@1,early=widen_25@3", "--seeds", "0:2", "--host.width", "1"],
+            ["naive:mid=widen_25@1,early=widen_25@3", "slot 'early'", "less than one unit"],
+        ),
         (
             ["--controllers", "heuristic", "--seeds", "0:2", "--heuristic.blueprint_order", "[nope]"],
             ["'nope'", "conv_heavy"],
@@ -418,3 +430,18 @@ def test_naive_growth_need_fit_only_the_slots_it_may_use(tiny_shapes, workdir: P
     args, rest = build_parser().parse_known_args(argv)
     with pytest.raises(eval_run.UsageError, match="slot 'early'"):
         eval_run.resolve_eval(args, rest) if command == "eval" else resolve_growth(args, rest)
+
+
+def test_a_naive_schedule_grows_each_named_slot_with_its_blueprint_from_its_epoch(
+    tiny_shapes, workdir: Path, tmp_path: Path
+) -> None:
+    """`naive:SLOT=BLUEPRINT@EPOCH,...`: each named slot grows its own blueprint, not before its own
+    epoch, and a slot the schedule leaves out never grows."""
+    run_dir = tmp_path / "eval"
+    schedule = "naive:late=widen_25@1,mid=widen_50@2"
+    argv = ["eval", "--controllers", schedule, "--seeds", "0:1", "--max-epochs", "4", "--workers", "0"]
+    assert main([*argv, "--run-dir", str(run_dir)]) == 0
+    (grown,) = json.loads((run_dir / "eval.json").read_text())["controllers"][schedule]["grown_seeds"]
+    first = {s["slot"]: (s["blueprint"], s["stage_history"][0]) for s in grown}
+    # a decision at epoch e is recorded at e + 1, as for naive:BLUEPRINT@EPOCH
+    assert first == {"mid": ("widen_50", [3, "GERMINATED"]), "late": ("widen_25", [2, "GERMINATED"])}

@@ -44,7 +44,8 @@ def grow(
     **settings: Any,
 ) -> dict[str, Any]:
     """`esper grow`: episodes of one controller (`heuristic`, `static`, `random`,
-    `naive:BLUEPRINT@EPOCH`, `policy:PATH|NAME`), each growing a fresh host. Returns summary.json."""
+    `naive:BLUEPRINT@EPOCH`, `naive:SLOT=BLUEPRINT@EPOCH,...`, `policy:PATH|NAME`), each growing a
+    fresh host. Returns summary.json."""
     settings = {**settings, "controller": controller}
     request = python_request("grow", GROW_DEFAULTS, HEURISTIC_GROUPS, settings, knobs, **_run(run_dir, resume, quiet))
     with kernel_settings_restored():

@@ -136,7 +136,8 @@ every seed module the episode grew (slot, blueprint, stage history with epochs, 
 CONTROLLER_HELP = (
     "static matched compute heuristic[:FILE] naive:BLUEPRINT@EPOCH random policy:PATH|NAME (a shipped policy, "
     "e.g. policy:shapes); naive: grow BLUEPRINT once in every enabled slot (--slots) from EPOCH on and keep "
-    "what the gates pass; matched: a static host of the growing controllers' mean final size; compute: a "
+    "what the gates pass (naive:SLOT=BLUEPRINT@EPOCH,...: a schedule per slot); matched: a static host of "
+    "the growing controllers' mean final size; compute: a "
     "static host whose whole run costs the growing controllers' mean training FLOPs"
 )
 SIZED_STATICS = ("matched", "compute")
@@ -217,12 +218,43 @@ def parse_controller(text: str) -> ControllerSpec:
     raise UsageError(f"--controllers: unknown controller {text!r}; choose from: {CONTROLLER_HELP}")
 
 
-def naive_schedule(name: str, path: str) -> tuple[str, int]:
-    """`BLUEPRINT@EPOCH` of a `naive:` controller, as (blueprint, epoch)."""
-    blueprint, at, epoch = path.partition("@")
-    if not at or not blueprint or not epoch.isdigit():
-        raise UsageError(f"--controllers {name}: expected naive:BLUEPRINT@EPOCH with an epoch >= 0 (naive:widen_100@5)")
-    return blueprint, int(epoch)
+NAIVE_FORMS = "naive:BLUEPRINT@EPOCH (every enabled slot) or naive:SLOT=BLUEPRINT@EPOCH[,SLOT=BLUEPRINT@EPOCH...]"
+
+
+def naive_schedule(name: str, path: str) -> tuple[tuple[str | None, str, int], ...]:
+    """The growth schedule of a `naive:` controller, as (slot, blueprint, epoch) entries: one
+    with slot None for `BLUEPRINT@EPOCH` (every enabled slot), else one per `SLOT=BLUEPRINT@EPOCH`."""
+    entries = []
+    for part in path.split(","):
+        slot, equals, rest = part.rpartition("=")
+        blueprint, at, epoch = rest.partition("@")
+        if (equals and not slot) or not at or not blueprint or not epoch.isdigit():
+            raise UsageError(f"--controllers {name}: expected {NAIVE_FORMS}, each epoch >= 0 (naive:widen_100@5)")
+        entries.append((slot or None, blueprint, int(epoch)))
+    slots = [slot for slot, _, _ in entries]
+    if len(entries) > 1 and None in slots:
+        raise UsageError(
+            f"--controllers {name}: name a slot in every entry of a schedule (naive:mid=widen_25@5,late=widen_25@5)"
+        )
+    if len(set(slots)) != len(slots):
+        raise UsageError(f"--controllers {name}: the schedule names a slot twice")
+    return tuple(entries)
+
+
+def naive_slot_schedule(name: str, path: str, enabled_slots: Sequence[str]) -> dict[str, tuple[str, int]]:
+    """A `naive:` controller's schedule per slot, in host order: every enabled slot for the
+    `BLUEPRINT@EPOCH` form; a slot a schedule names must be enabled (`--slots`)."""
+    entries = naive_schedule(name, path)
+    if entries[0][0] is None:
+        _, blueprint, epoch = entries[0]
+        return {slot: (blueprint, epoch) for slot in enabled_slots}
+    by_slot = {slot: (blueprint, epoch) for slot, blueprint, epoch in entries}
+    for slot in by_slot:
+        if slot not in enabled_slots:
+            raise UsageError(
+                f"--controllers {name}: slot {slot!r} is not enabled; choose from: {' '.join(enabled_slots)}"
+            )
+    return {slot: by_slot[slot] for slot in enabled_slots if slot in by_slot}
 
 
 def resolve_controllers(
@@ -265,9 +297,9 @@ def check_controller(
         except UsageError as exc:
             raise UsageError(f"heuristic:{spec.path}: {exc}") from None
     if spec.kind == "naive":
-        blueprint, _ = naive_schedule(spec.name, spec.path or "")
-        grown_in = slots or [s.name for s in task.slot_ids]
-        check_blueprints_fit(task, host_width, grown_in, [blueprint], f"{flag} {spec.name}")
+        enabled = slots or [s.name for s in task.slot_ids]
+        for slot, (blueprint, _) in naive_slot_schedule(spec.name, spec.path or "", enabled).items():
+            check_blueprints_fit(task, host_width, [slot], [blueprint], f"{flag} {spec.name}")
 
 
 def check_policy(spec: ControllerSpec, task: TaskSpec, seeds: tuple[int, ...], flag: str = "--controllers") -> None:
@@ -493,8 +525,8 @@ def make_controller(
             config.task.topology, config.enabled_slots, blueprints, thresholds=config.thresholds, rng_seed=rng_seed
         )
     if spec.kind == "naive":
-        blueprint, epoch = naive_schedule(spec.name, spec.path or "")
-        return NaiveGrowthController(config.task.topology, config.enabled_slots, blueprint, epoch, config.thresholds)
+        schedule = naive_slot_schedule(spec.name, spec.path or "", config.enabled_slots)
+        return NaiveGrowthController(config.task.topology, schedule, config.thresholds)
     if spec.kind == "heuristic":
         knobs = heuristic_knobs(spec, heuristic)
         return HeuristicController(

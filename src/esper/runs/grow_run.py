@@ -85,7 +85,8 @@ HEURISTIC_DEFAULTS: dict[str, Any] = {
 GROW_DEFAULTS: dict[str, Any] = {**HEURISTIC_DEFAULTS, "controller": "heuristic", "sample": False}
 """A `grow` run's: a heuristic run's, and the controller that grows."""
 GROW_CONTROLLERS = (
-    "static random heuristic[:FILE] naive:BLUEPRINT@EPOCH policy:PATH|NAME (a shipped policy, e.g. policy:shapes)"
+    "static random heuristic[:FILE] naive:BLUEPRINT@EPOCH naive:SLOT=BLUEPRINT@EPOCH,... "
+    "policy:PATH|NAME (a shipped policy, e.g. policy:shapes)"
 )
 
 

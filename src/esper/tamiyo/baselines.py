@@ -7,7 +7,7 @@ through the same episode loop as the heuristic and a learned policy.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 
@@ -33,9 +33,14 @@ class StaticController:
 
 
 class NaiveGrowthController:
-    """Naive growth, the growth literature's simplest baseline: germinate `blueprint` once in each
-    enabled slot from `epoch` on (one slot per step, in host order), and keep every seed the
-    gates let through (fossilize as soon as G4 passes); no decision reads anything else.
+    """Naive growth, the growth literature's simplest baseline: a fixed schedule of width or
+    residual seeds, one per slot (`schedule`: slot -> (blueprint, first epoch)), germinated in
+    host order one slot per step once its epoch is reached, and every seed the gates let through
+    kept (fossilized as soon as G4 passes); no decision reads anything else.
+
+    `every_slot` is the classic form (one blueprint in every slot from one epoch). A schedule per
+    slot lets a run place its growth where it is cheap: a width seed costs the FLOPs of its
+    block's resolution for the epochs it trains (`experiments/growth-frontier/flops_per_param.py`).
 
     The gates still cull a seed that does not help on probation, as they do for every controller.
     """
@@ -43,17 +48,31 @@ class NaiveGrowthController:
     def __init__(
         self,
         topology: Topology,
+        schedule: Mapping[str, tuple[str, int]],
+        thresholds: GateThresholds | None = None,
+    ) -> None:
+        if not schedule:
+            raise ValueError("naive growth needs at least one slot to grow in")
+        for blueprint, epoch in schedule.values():
+            get_blueprint(topology, blueprint)
+            if epoch < 0:
+                raise ValueError(f"naive growth starts at an epoch >= 0, got {epoch}")
+        self.schedule = dict(schedule)
+        self.slot_names = tuple(schedule)
+        self.thresholds = thresholds or GateThresholds()
+        self.reset()
+
+    @classmethod
+    def every_slot(
+        cls,
+        topology: Topology,
         slot_names: Sequence[str],
         blueprint: str,
         epoch: int,
         thresholds: GateThresholds | None = None,
-    ) -> None:
-        get_blueprint(topology, blueprint)
-        if epoch < 0:
-            raise ValueError(f"naive growth starts at an epoch >= 0, got {epoch}")
-        self.slot_names, self.blueprint, self.epoch = tuple(slot_names), blueprint, epoch
-        self.thresholds = thresholds or GateThresholds()
-        self.reset()
+    ) -> NaiveGrowthController:
+        """`blueprint` in each of `slot_names` from `epoch` on."""
+        return cls(topology, {name: (blueprint, epoch) for name in slot_names}, thresholds)
 
     def reset(self) -> None:
         self.grown: set[str] = set()
@@ -64,13 +83,11 @@ class NaiveGrowthController:
             s = by_name[name]
             if fossilize_gate(s.stage, s.epochs_in_stage, s.contribution, self.thresholds).passed:
                 return Decision(LifecycleOp.FOSSILIZE, name, reason="naive: keep what the gates pass")
-        budget = signals.seeds_germinated < signals.max_germinations
-        if signals.epoch >= self.epoch and budget:
-            for name in self.slot_names:
-                if name not in self.grown and by_name[name].stage is SeedStage.DORMANT:
-                    return Decision(
-                        LifecycleOp.GERMINATE, name, self.blueprint, reason=f"naive: grow at epoch {self.epoch}"
-                    )
+        if signals.seeds_germinated < signals.max_germinations:
+            for name, (blueprint, epoch) in self.schedule.items():
+                due = signals.epoch >= epoch and name not in self.grown
+                if due and by_name[name].stage is SeedStage.DORMANT:
+                    return Decision(LifecycleOp.GERMINATE, name, blueprint, reason=f"naive: grow at epoch {epoch}")
         return Decision(LifecycleOp.WAIT)
 
     def record_step(self, decision: Decision, changes: Sequence[tuple[str, StageChange]]) -> None:
