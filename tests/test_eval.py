@@ -290,6 +290,9 @@ def test_eval_refuses_the_seeds_a_policy_trained_on(
         (["--controllers", "naive:mid=widen_25@1,mid=widen_50@2", "--seeds", "0:2"], ["names a slot twice"]),
         (["--controllers", "naive:widen_25@1,mid=widen_50@2", "--seeds", "0:2"], ["name a slot in every entry"]),
         (["--controllers", "naive:=widen_25@1", "--seeds", "0:2"], ["naive:=widen_25@1", "SLOT=BLUEPRINT@EPOCH"]),
+        (["--controllers", "schedule:widen_50", "--seeds", "0:2"], ["schedule:widen_50", "BLUEPRINT@EPOCH"]),
+        (["--controllers", "schedule:middle=widen_25@1", "--seeds", "0:2"], ["'middle'", "early mid late"]),
+        (["--controllers", "schedule", "--seeds", "0:2"], ["'schedule'", "schedule:SLOT=BLUEPRINT@EPOCH"]),
         (
             ["--controllers", "naive:mid=widen_25@1,early=widen_25@3", "--seeds", "0:2", "--host.width", "1"],
             ["naive:mid=widen_25@1,early=widen_25@3", "slot 'early'", "less than one unit"],
@@ -445,3 +448,21 @@ def test_a_naive_schedule_grows_each_named_slot_with_its_blueprint_from_its_epoc
     first = {s["slot"]: (s["blueprint"], s["stage_history"][0]) for s in grown}
     # a decision at epoch e is recorded at e + 1, as for naive:BLUEPRINT@EPOCH
     assert first == {"mid": ("widen_50", [3, "GERMINATED"]), "late": ("widen_25", [2, "GERMINATED"])}
+
+
+def test_a_schedule_keeps_every_seed_it_grows_and_counts_as_a_grower(
+    tiny_shapes, workdir: Path, tmp_path: Path
+) -> None:
+    """`schedule:` grows as `naive:` does and keeps every seed, however little it helps (here under
+    gates that cull every other grower's); it is a growing controller, so `matched` is sized on it."""
+    run_dir = tmp_path / "eval"
+    schedule = "schedule:early=widen_50@1,late=widen_25@1"
+    argv = ["eval", "--controllers", schedule, "matched", "--seeds", "0:2", "--max-epochs", "7", "--workers", "0"]
+    cull_all = ["--gates.probation_cull_contribution", "1000", "--gates.fossilize_min_contribution", "1000"]
+    assert main([*argv, *cull_all, "--run-dir", str(run_dir)]) == 0  # gates that would cull every seed
+    report = json.loads((run_dir / "eval.json").read_text())
+    grown = report["controllers"][schedule]["grown_seeds"]
+    assert [sorted((s["slot"], s["blueprint"], s["final_stage"]) for s in seeds) for seeds in grown] == [
+        [("early", "widen_50", "FOSSILIZED"), ("late", "widen_25", "FOSSILIZED")]
+    ] * 2
+    assert report["controllers"]["matched"]["seed_params"] == [0, 0] and f"{schedule} - matched" in report["paired"]

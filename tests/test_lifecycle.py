@@ -764,3 +764,16 @@ def test_blend_alpha_is_monotone_and_bounded(schedule: BlendSchedule, a: float, 
     lo, hi = sorted((a, b))
     alpha_lo, alpha_hi = blend_alpha(schedule, lo), blend_alpha(schedule, hi)
     assert 0.0 <= alpha_lo <= alpha_hi <= 1.0
+
+
+def test_a_schedule_keeps_a_seed_that_does_not_help() -> None:
+    """`schedule:` runs under `keeping_every_seed`: a probationary seed that hurts is neither
+    culled on its reading nor refused at G4, and the other gates' rules stand."""
+    from esper.runs.eval_run import keeping_every_seed
+
+    t = keeping_every_seed(GateThresholds())
+    assert (t.min_training_epochs, t.probation_timeout_epochs) == (3, 6)
+    lc = drive_to(S.PROBATIONARY, t)
+    assert lc.tick(GateInputs(contribution=-50.0)) == []
+    assert lc.gate_fossilize(-50.0).passed
+    assert not lc.gate_fossilize(float("nan")).passed

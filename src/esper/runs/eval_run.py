@@ -23,6 +23,7 @@ import contextlib
 import dataclasses
 import functools
 import json
+import math
 import multiprocessing
 import os
 import signal
@@ -118,7 +119,9 @@ EPISODES_FILE = "episodes.jsonl"
 """Each finished episode's result, one line each, as it completes: what `--resume last` reads."""
 BASELINES = ("static", "matched", "compute", "heuristic", "random")
 """What a learned controller is compared against, paired, in this order."""
-GROWING = ("heuristic", "naive", "random", "policy")
+GROWING = ("heuristic", "naive", "schedule", "random", "policy")
+SCHEDULED = ("naive", "schedule")
+"""Controllers that grow on a fixed schedule (`NaiveGrowthController`)."""
 EPISODE_KEYS = (
     "test_accuracy",
     "val_accuracy",
@@ -136,7 +139,9 @@ every seed module the episode grew (slot, blueprint, stage history with epochs, 
 CONTROLLER_HELP = (
     "static matched compute heuristic[:FILE] naive:BLUEPRINT@EPOCH random policy:PATH|NAME (a shipped policy, "
     "e.g. policy:shapes); naive: grow BLUEPRINT once in every enabled slot (--slots) from EPOCH on and keep "
-    "what the gates pass (naive:SLOT=BLUEPRINT@EPOCH,...: a schedule per slot); matched: a static host of "
+    "what the gates pass (naive:SLOT=BLUEPRINT@EPOCH,...: a schedule per slot); schedule:SLOT=BLUEPRINT@EPOCH,... "
+    "(or schedule:BLUEPRINT@EPOCH): the same schedule with every seed kept, never culled on probation; "
+    "matched: a static host of "
     "the growing controllers' mean final size; compute: a "
     "static host whose whole run costs the growing controllers' mean training FLOPs"
 )
@@ -209,7 +214,7 @@ def parse_controller(text: str) -> ControllerSpec:
         return ControllerSpec(text, kind)
     if kind == "heuristic":
         return ControllerSpec(text, kind, path or None)
-    if kind == "naive" and path:
+    if kind in SCHEDULED and path:
         naive_schedule(text, path)
         return ControllerSpec(text, kind, path)
     if kind == "policy" and path:
@@ -219,6 +224,13 @@ def parse_controller(text: str) -> ControllerSpec:
 
 
 NAIVE_FORMS = "naive:BLUEPRINT@EPOCH (every enabled slot) or naive:SLOT=BLUEPRINT@EPOCH[,SLOT=BLUEPRINT@EPOCH...]"
+
+
+def keeping_every_seed(thresholds: GateThresholds) -> GateThresholds:
+    """`thresholds` under which no seed is culled on probation and G4 passes at any contribution:
+    a `schedule:` run keeps every seed it grows, as naive growth in the growth literature does
+    (Esper's `naive:` keeps only what the gates pass). Dwell times and the health culls stand."""
+    return dataclasses.replace(thresholds, probation_cull_contribution=-math.inf, fossilize_min_contribution=-math.inf)
 
 
 def naive_schedule(name: str, path: str) -> tuple[tuple[str | None, str, int], ...]:
@@ -296,7 +308,7 @@ def check_controller(
             check_heuristic_order(task, heuristic_from_file(spec.path, HeuristicConfig()))
         except UsageError as exc:
             raise UsageError(f"heuristic:{spec.path}: {exc}") from None
-    if spec.kind == "naive":
+    if spec.kind in SCHEDULED:
         enabled = slots or [s.name for s in task.slot_ids]
         for slot, (blueprint, _) in naive_slot_schedule(spec.name, spec.path or "", enabled).items():
             check_blueprints_fit(task, host_width, [slot], [blueprint], f"{flag} {spec.name}")
@@ -487,6 +499,8 @@ def episode_jobs(run: EvalRun, specs: list[ControllerSpec], widths: dict[str, in
             env_fields["max_germinations"] = 0
         if spec.kind in SIZED_STATICS:
             env_fields["host_width"] = widths[spec.kind]
+        if spec.kind == "schedule":
+            env_fields["thresholds"] = keeping_every_seed(run.env.thresholds)
         for seed in run.seeds:
             job = EpisodeJob(
                 spec, seed, run.task.name, run.host_knobs, env_fields, run.heuristic, run.sample, run.data_dir,
@@ -524,7 +538,7 @@ def make_controller(
         return RandomController(
             config.task.topology, config.enabled_slots, blueprints, thresholds=config.thresholds, rng_seed=rng_seed
         )
-    if spec.kind == "naive":
+    if spec.kind in SCHEDULED:
         schedule = naive_slot_schedule(spec.name, spec.path or "", config.enabled_slots)
         return NaiveGrowthController(config.task.topology, schedule, config.thresholds)
     if spec.kind == "heuristic":

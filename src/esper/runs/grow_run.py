@@ -6,6 +6,7 @@ controller: a learned policy, random, static), resumable by episode.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -48,6 +49,7 @@ from esper.runs.eval_run import (
     ControllerSpec,
     check_controller,
     check_heuristic_fits,
+    keeping_every_seed,
     make_controller,
     parse_controller,
     resolve_heuristic_blueprints,
@@ -85,7 +87,7 @@ HEURISTIC_DEFAULTS: dict[str, Any] = {
 GROW_DEFAULTS: dict[str, Any] = {**HEURISTIC_DEFAULTS, "controller": "heuristic", "sample": False}
 """A `grow` run's: a heuristic run's, and the controller that grows."""
 GROW_CONTROLLERS = (
-    "static random heuristic[:FILE] naive:BLUEPRINT@EPOCH naive:SLOT=BLUEPRINT@EPOCH,... "
+    "static random heuristic[:FILE] naive:BLUEPRINT@EPOCH naive:SLOT=BLUEPRINT@EPOCH,... schedule:SCHEDULE "
     "policy:PATH|NAME (a shipped policy, e.g. policy:shapes)"
 )
 
@@ -154,6 +156,8 @@ def resolve_growth(args: argparse.Namespace, rest: Sequence[str] = ()) -> Growth
         host_width=knobs["host"].width,
         lr_warmup_epochs=knobs["host"].lr_warmup_epochs,
     )
+    if controller.kind == "schedule":
+        env = dataclasses.replace(env, thresholds=keeping_every_seed(env.thresholds))
     return GrowthRun(
         controller,
         bool(settings.get("sample", False)),
