@@ -243,3 +243,23 @@ def test_repeat_held_refuses_held_heuristic_episodes_of_other_knobs(tmp_path: Pa
     assert repeat_held.main(["--arms", "heuristic", "--seed", "0", "--out-dir", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "other heuristic knobs" in err[0]
+
+
+flops_per_param = load_benchmark("flops_per_param", EXPERIMENTS / "growth-frontier")
+
+
+def test_a_static_host_and_a_width_seed_cost_what_their_layers_hand_count() -> None:
+    """The plain network of a grown host counts as the task's host does, and a width seed's FLOPs
+    per parameter follow its block's resolution: 2 (forward) + 4 (backward: input and weight
+    gradients) FLOPs per weight per position, except the first convolution, whose input takes no
+    gradient. `early` works on 16x16 maps, `late` on 4x4 (a 3x3 convolution, padding 1)."""
+    assert flops_per_param.params((8, 16, 32)) == get_task("shapes").host_params(8)
+    conv = 9 * 3 * 8 * 256 * 4 + sum(9 * a * b * p * 6 for a, b, p in [(8, 8, 256), (8, 16, 64), (16, 16, 64)])
+    conv += sum(9 * a * b * 16 * 6 for a, b in [(16, 32), (32, 32)])
+    assert flops_per_param.train_flops_per_sample((8, 16, 32)) == conv + 32 * 10 * 6
+    # late widen_25 (32 -> 40): 8 more out channels of 16 -> 32 and 8 more of both sides of 32 -> 32 at 4x4,
+    # two BatchNorms' weight and bias for them, and 8 more inputs of the classifier
+    added = 9 * 16 * 8 + 9 * (40 * 40 - 32 * 32)
+    assert flops_per_param.params((8, 16, 40)) - flops_per_param.params((8, 16, 32)) == added + 2 * 2 * 8 + 8 * 10
+    extra = flops_per_param.train_flops_per_sample((8, 16, 40)) - flops_per_param.train_flops_per_sample((8, 16, 32))
+    assert extra == added * 16 * 6 + 8 * 10 * 6
