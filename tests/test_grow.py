@@ -91,13 +91,19 @@ def test_grow_with_the_heuristic_equals_the_heuristic_command(
         ("bogus", ["'bogus'", "policy:PATH|NAME"]),
         ("policy:nothing", ["no shipped policy", "'nothing'", "shipped policies:"]),
         ("policy:/no/such.pt", ["--controller policy:/no/such.pt", "does not exist"]),
+        ("schedule:nope", ["'schedule:nope'", "schedule:SCHEDULE"]),
+        (
+            "schedule:early=widen_25@1 --slots mid",
+            ["--controller schedule:early=widen_25@1:", "'early' is not enabled"],
+        ),
     ],
 )
 def test_a_bad_controller_is_one_line_and_writes_nothing(
     controller: str, fragments: list[str], tiny_shapes, workdir: Path, tmp_path: Path, capsys
 ) -> None:
     run_dir = tmp_path / "run"
-    check_usage_error(capsys, ["grow", "--controller", controller, *FAST, "--run-dir", str(run_dir)], *fragments)
+    argv = ["grow", "--controller", *controller.split(), *FAST, "--run-dir", str(run_dir)]
+    check_usage_error(capsys, argv, *fragments)
     assert not run_dir.exists()
 
 

@@ -253,9 +253,12 @@ def naive_schedule(name: str, path: str) -> tuple[tuple[str | None, str, int], .
     return tuple(entries)
 
 
-def naive_slot_schedule(name: str, path: str, enabled_slots: Sequence[str]) -> dict[str, tuple[str, int]]:
+def naive_slot_schedule(
+    name: str, path: str, enabled_slots: Sequence[str], flag: str = "--controllers"
+) -> dict[str, tuple[str, int]]:
     """A `naive:` controller's schedule per slot, in host order: every enabled slot for the
-    `BLUEPRINT@EPOCH` form; a slot a schedule names must be enabled (`--slots`)."""
+    `BLUEPRINT@EPOCH` form; a slot a schedule names must be enabled (`--slots`; `flag`: the option
+    that named the controller, for the error)."""
     entries = naive_schedule(name, path)
     if entries[0][0] is None:
         _, blueprint, epoch = entries[0]
@@ -263,9 +266,7 @@ def naive_slot_schedule(name: str, path: str, enabled_slots: Sequence[str]) -> d
     by_slot = {slot: (blueprint, epoch) for slot, blueprint, epoch in entries}
     for slot in by_slot:
         if slot not in enabled_slots:
-            raise UsageError(
-                f"--controllers {name}: slot {slot!r} is not enabled; choose from: {' '.join(enabled_slots)}"
-            )
+            raise UsageError(f"{flag} {name}: slot {slot!r} is not enabled; choose from: {' '.join(enabled_slots)}")
     return {slot: by_slot[slot] for slot in enabled_slots if slot in by_slot}
 
 
@@ -310,7 +311,7 @@ def check_controller(
             raise UsageError(f"heuristic:{spec.path}: {exc}") from None
     if spec.kind in SCHEDULED:
         enabled = slots or [s.name for s in task.slot_ids]
-        for slot, (blueprint, _) in naive_slot_schedule(spec.name, spec.path or "", enabled).items():
+        for slot, (blueprint, _) in naive_slot_schedule(spec.name, spec.path or "", enabled, flag).items():
             check_blueprints_fit(task, host_width, [slot], [blueprint], f"{flag} {spec.name}")
 
 
