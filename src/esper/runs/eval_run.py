@@ -141,9 +141,8 @@ CONTROLLER_HELP = (
     "e.g. policy:shapes); naive: grow BLUEPRINT once in every enabled slot (--slots) from EPOCH on and keep "
     "what the gates pass (naive:SLOT=BLUEPRINT@EPOCH,...: a schedule per slot); schedule:SLOT=BLUEPRINT@EPOCH,... "
     "(or schedule:BLUEPRINT@EPOCH): the same schedule with every seed kept, never culled on probation; "
-    "matched: a static host of "
-    "the growing controllers' mean final size; compute: a "
-    "static host whose whole run costs the growing controllers' mean training FLOPs"
+    "matched: a static host of the growing controllers' mean final size; compute: a static host whose "
+    "whole run costs the growing controllers' mean training FLOPs"
 )
 SIZED_STATICS = ("matched", "compute")
 """Static hosts whose width is chosen after the growing controllers have run."""

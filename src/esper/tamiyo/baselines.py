@@ -38,9 +38,9 @@ class NaiveGrowthController:
     host order one slot per step once its epoch is reached, and every seed the gates let through
     kept (fossilized as soon as G4 passes); no decision reads anything else.
 
-    `every_slot` is the classic form (one blueprint in every slot from one epoch). A schedule per
-    slot lets a run place its growth where it is cheap: a width seed costs the FLOPs of its
-    block's resolution for the epochs it trains (`experiments/growth-frontier/flops_per_param.py`).
+    The classic form is one blueprint in every slot from one epoch. A schedule per slot lets a
+    run place its growth where it is cheap: a width seed costs the FLOPs of its block's
+    resolution for the epochs it trains (`experiments/growth-frontier/flops_per_param.py`).
 
     The gates still cull a seed that does not help on probation, as they do for every controller.
     """
@@ -61,18 +61,6 @@ class NaiveGrowthController:
         self.slot_names = tuple(schedule)
         self.thresholds = thresholds or GateThresholds()
         self.reset()
-
-    @classmethod
-    def every_slot(
-        cls,
-        topology: Topology,
-        slot_names: Sequence[str],
-        blueprint: str,
-        epoch: int,
-        thresholds: GateThresholds | None = None,
-    ) -> NaiveGrowthController:
-        """`blueprint` in each of `slot_names` from `epoch` on."""
-        return cls(topology, {name: (blueprint, epoch) for name in slot_names}, thresholds)
 
     def reset(self) -> None:
         self.grown: set[str] = set()
