@@ -14,6 +14,13 @@ of 100 16x16 images, 100 steps per host epoch) of bare width-8 `shapes` hosts, t
 - `grouped`: one module holding E hosts as grouped convolutions (the first convolution reads the
   shared images once; each later one has `groups=E`; BatchNorm is per channel, so per env; the
   classifier is a grouped 1x1 convolution), stepped by one CUDA graph;
+- `grouped-nhwc`: the same module and images in channels-last memory format (cuDNN has other
+  kernels for grouped convolutions in that layout);
+- `bmm`: the same module, each grouped 3x3 convolution computed as an unfold and one batched
+  matrix product over (image, env) pairs, so a layer is a few launches whatever E is, and no
+  activation is permuted (a probe of whether cuBLAS's batched GEMM beats cuDNN's grouped kernels);
+- `grouped-compiled`, `bmm-compiled`: those modules through `torch.compile` (Inductor fuses each
+  BatchNorm, ReLU and pooling into fewer kernels), then captured alike;
 - on the CPU both run eagerly (nothing is captured).
 
 Before timing it checks on the probe's own device that the grouped module equals the E hosts:
@@ -22,9 +29,10 @@ the logits of a batch, and the weights after one AdamW step, within float tolera
 The images are random tensors of the task's shape: this measures launch throughput, not
 learning, and the arithmetic per step does not depend on the values.
 
-Prints one JSON object: host-epochs per second (of the training step) per arm and env count, and
-the ratios to one env. Usage: python benchmarks/batched_envs_probe.py [--device cuda]
-[--envs 1,8,32] [--steps 100]
+Prints one JSON line per env count as it goes, then one JSON object: host-epochs per second (of
+the training step) per arm and env count, and the ratios to one separate env. Usage:
+python benchmarks/batched_envs_probe.py [--device cuda] [--envs 1,8,32] [--steps 100]
+[--arms separate,grouped,grouped-nhwc,bmm]
 """
 
 from __future__ import annotations
@@ -42,21 +50,41 @@ from torch import nn
 from esper.kasmina.hosts import CNNHost
 
 BATCH, IMAGE, CLASSES, WIDTH = 100, 16, 10, 8
+ARMS = ("separate", "grouped", "grouped-nhwc", "bmm", "grouped-compiled", "bmm-compiled")
 
 
-def grouped_block(n_envs: int, c_in: int, c_out: int, shared_input: bool, pool: bool) -> nn.Sequential:
+class BmmGroupedConv(nn.Conv2d):
+    """A grouped 3x3 convolution (stride 1, padding 1, no bias) as an unfold and one batched matrix
+    product. Its weight has the grouped convolution's shape, so hosts load into it alike.
+
+    The input's channels are env-major, so [B, E * c_in, H, W] is [B * E, c_in, H, W] without a
+    copy; each (image, env) pair's columns meet its env's weight in one `matmul` over B * E
+    pairs, and the product [B, E, c_out, H * W] is the output's layout as it stands."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batch, _, height, width = x.shape
+        envs, c_in = self.groups, self.in_channels // self.groups
+        columns = F.unfold(x.reshape(batch * envs, c_in, height, width), 3, padding=1)
+        columns = columns.view(batch, envs, c_in * 9, height * width)
+        weight = self.weight.view(envs, self.out_channels // envs, c_in * 9)
+        return torch.matmul(weight, columns).view(batch, self.out_channels, height, width)
+
+
+def grouped_block(
+    n_envs: int, c_in: int, c_out: int, shared_input: bool, pool: bool, conv: type[nn.Conv2d] = nn.Conv2d
+) -> nn.Sequential:
     """conv-BN-ReLU-conv-BN-ReLU(-pool) for `n_envs` envs at once, env e's channels at
     [e * c_out, (e + 1) * c_out)."""
     first = (
         nn.Conv2d(c_in, n_envs * c_out, 3, padding=1, bias=False)
         if shared_input
-        else nn.Conv2d(n_envs * c_in, n_envs * c_out, 3, padding=1, bias=False, groups=n_envs)
+        else conv(n_envs * c_in, n_envs * c_out, 3, padding=1, bias=False, groups=n_envs)
     )
     layers = [
         first,
         nn.BatchNorm2d(n_envs * c_out),
         nn.ReLU(),
-        nn.Conv2d(n_envs * c_out, n_envs * c_out, 3, padding=1, bias=False, groups=n_envs),
+        conv(n_envs * c_out, n_envs * c_out, 3, padding=1, bias=False, groups=n_envs),
         nn.BatchNorm2d(n_envs * c_out),
         nn.ReLU(),
     ]
@@ -66,13 +94,15 @@ def grouped_block(n_envs: int, c_in: int, c_out: int, shared_input: bool, pool: 
 class GroupedHosts(nn.Module):
     """E width-8 `CNNHost`s of depth 3 as one module; `forward` returns logits [batch, E, classes]."""
 
-    def __init__(self, n_envs: int) -> None:
+    def __init__(self, n_envs: int, conv: type[nn.Conv2d] = nn.Conv2d) -> None:
         super().__init__()
         self.n_envs = n_envs
         widths = [WIDTH, 2 * WIDTH, 4 * WIDTH]
         c_ins = [3, *widths[:-1]]
         pairs = enumerate(zip(c_ins, widths, strict=True))
-        self.blocks = nn.Sequential(*(grouped_block(n_envs, c_in, c, i == 0, pool=True) for i, (c_in, c) in pairs))
+        self.blocks = nn.Sequential(
+            *(grouped_block(n_envs, c_in, c, i == 0, pool=True, conv=conv) for i, (c_in, c) in pairs)
+        )
         self.head = nn.Conv2d(n_envs * widths[-1], n_envs * CLASSES, 1, groups=n_envs)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -119,10 +149,12 @@ def optimizer(model: nn.Module, device: torch.device) -> torch.optim.AdamW:
 class Stepper:
     """One model's training step, captured as a CUDA graph on its own stream (run eagerly on the CPU)."""
 
-    def __init__(self, model: nn.Module, loss_fn, device: torch.device) -> None:
-        self.model, self.loss_fn, self.device = model, loss_fn, device
+    def __init__(
+        self, model: nn.Module, loss_fn, device: torch.device, layout: torch.memory_format = torch.contiguous_format
+    ) -> None:
+        self.model, self.loss_fn, self.device = model.to(memory_format=layout), loss_fn, device
         self.opt = optimizer(model, device)
-        self.x = torch.randn(BATCH, 3, IMAGE, IMAGE, device=device)
+        self.x = torch.randn(BATCH, 3, IMAGE, IMAGE, device=device).to(memory_format=layout)
         self.y = torch.randint(0, CLASSES, (BATCH,), device=device)
         self.graph: torch.cuda.CUDAGraph | None = None
         self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
@@ -172,11 +204,11 @@ def host_epochs_per_second(steppers: list[Stepper], envs_per_stepper: int, steps
     return len(steppers) * envs_per_stepper * (steps / 100) / seconds
 
 
-def check_equal(n_envs: int, device: torch.device) -> dict[str, float]:
-    """Grouped against separate hosts: logits, and every weight after one AdamW step (eager)."""
+def check_equal(n_envs: int, device: torch.device, conv: type[nn.Conv2d] = nn.Conv2d) -> dict[str, float]:
+    """Grouped (or bmm) against separate hosts: logits, and every weight after one AdamW step (eager)."""
     torch.manual_seed(0)
     hosts = [CNNHost(3, CLASSES, WIDTH).to(device) for _ in range(n_envs)]
-    grouped = GroupedHosts(n_envs).to(device)
+    grouped = GroupedHosts(n_envs, conv).to(device)
     grouped.load_hosts(hosts)
     x = torch.randn(BATCH, 3, IMAGE, IMAGE, device=device)
     y = torch.randint(0, CLASSES, (BATCH,), device=device)
@@ -203,7 +235,11 @@ def main() -> int:
     parser.add_argument("--envs", default="1,8,32", help="env counts, comma-separated")
     parser.add_argument("--steps", type=int, default=100, help="timed training steps (100 make a host epoch)")
     parser.add_argument("--cudnn-benchmark", action="store_true", help="let cuDNN time its kernels per shape")
+    parser.add_argument("--arms", default="separate,grouped", help="of " + ",".join(ARMS) + "; separate first")
     args = parser.parse_args()
+    arms = args.arms.split(",")
+    if arms[0] != "separate" or not set(arms) <= set(ARMS):
+        parser.error(f"--arms {args.arms!r}: a comma-separated list of {', '.join(ARMS)}, beginning with separate")
     torch.set_num_threads(1)
     torch.backends.cudnn.benchmark = args.cudnn_benchmark
     device = torch.device(args.device)
@@ -218,16 +254,24 @@ def main() -> int:
         "what": "training step only (no measurement pass), bare width-8 shapes hosts, random images",
         "equality": check_equal(4, device),
     }
-    rates: dict[str, dict[int, float]] = {"separate": {}, "grouped": {}}
+    if "bmm" in arms:
+        result["equality_bmm"] = check_equal(4, device, BmmGroupedConv)
+    print(json.dumps(result), flush=True)
+    rates: dict[str, dict[int, float]] = {arm: {} for arm in arms}
     for n in counts:
-        torch.manual_seed(0)
-        hosts = [CNNHost(3, CLASSES, WIDTH).to(device) for _ in range(n)]
-        rates["separate"][n] = host_epochs_per_second(
-            [Stepper(h, separate_loss, device) for h in hosts], 1, args.steps, device
-        )
-        rates["grouped"][n] = host_epochs_per_second(
-            [Stepper(GroupedHosts(n).to(device), grouped_loss, device)], n, args.steps, device
-        )
+        for arm in arms:
+            torch.manual_seed(0)
+            if arm == "separate":
+                steppers = [Stepper(CNNHost(3, CLASSES, WIDTH).to(device), separate_loss, device) for _ in range(n)]
+            else:
+                conv = BmmGroupedConv if arm.startswith("bmm") else nn.Conv2d
+                layout = torch.channels_last if arm == "grouped-nhwc" else torch.contiguous_format
+                model = GroupedHosts(n, conv).to(device)
+                if arm.endswith("-compiled"):
+                    model = torch.compile(model)
+                steppers = [Stepper(model, grouped_loss, device, layout)]
+            rates[arm][n] = host_epochs_per_second(steppers, n // len(steppers), args.steps, device)
+            del steppers
         print(json.dumps({"envs": n, **{arm: round(r[n], 2) for arm, r in rates.items()}}), flush=True)
     one = rates["separate"][counts[0]]
     result["host_epochs_per_second"] = {arm: {n: round(v, 3) for n, v in r.items()} for arm, r in rates.items()}
