@@ -32,7 +32,7 @@ learning, and the arithmetic per step does not depend on the values.
 Prints one JSON line per env count as it goes, then one JSON object: host-epochs per second (of
 the training step) per arm and env count, and the ratios to one separate env. Usage:
 python benchmarks/batched_envs_probe.py [--device cuda] [--envs 1,8,32] [--steps 100]
-[--arms separate,grouped,grouped-nhwc,bmm]
+[--arms separate,grouped,grouped-nhwc,bmm] [--bf16] [--kernels 1,8]
 """
 
 from __future__ import annotations
@@ -150,9 +150,14 @@ class Stepper:
     """One model's training step, captured as a CUDA graph on its own stream (run eagerly on the CPU)."""
 
     def __init__(
-        self, model: nn.Module, loss_fn, device: torch.device, layout: torch.memory_format = torch.contiguous_format
+        self,
+        model: nn.Module,
+        loss_fn,
+        device: torch.device,
+        layout: torch.memory_format = torch.contiguous_format,
+        bf16: bool = False,
     ) -> None:
-        self.model, self.loss_fn, self.device = model.to(memory_format=layout), loss_fn, device
+        self.model, self.loss_fn, self.device, self.bf16 = model.to(memory_format=layout), loss_fn, device, bf16
         self.opt = optimizer(model, device)
         self.x = torch.randn(BATCH, 3, IMAGE, IMAGE, device=device).to(memory_format=layout)
         self.y = torch.randint(0, CLASSES, (BATCH,), device=device)
@@ -161,7 +166,9 @@ class Stepper:
 
     def eager_step(self) -> None:
         self.opt.zero_grad(set_to_none=False)
-        self.loss_fn(self.model, self.x, self.y).backward()
+        with torch.autocast(self.device.type, torch.bfloat16, enabled=self.bf16):
+            loss = self.loss_fn(self.model, self.x, self.y)
+        loss.backward()
         self.opt.step()
 
     def capture(self) -> None:
@@ -204,6 +211,31 @@ def host_epochs_per_second(steppers: list[Stepper], envs_per_stepper: int, steps
     return len(steppers) * envs_per_stepper * (steps / 100) / seconds
 
 
+def kernel_table(stepper: Stepper, envs: int, steps: int = 10) -> dict:
+    """Where a step's GPU time goes: each kernel's time per step and per env, summed over `steps`
+    eager steps under the profiler (a graph replays the same kernels; eager steps name them)."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    for _ in range(3):
+        stepper.eager_step()
+    synchronize(stepper.device)
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            stepper.eager_step()
+        synchronize(stepper.device)
+    kernels = [e for e in prof.key_averages() if e.device_type == DeviceType.CUDA and e.self_device_time_total > 0]
+    kernels.sort(key=lambda e: -e.self_device_time_total)
+    total = sum(e.self_device_time_total for e in kernels) / steps
+    return {
+        "envs": envs,
+        "kernel_microseconds_per_step": round(total, 1),
+        "kernel_microseconds_per_env_step": round(total / envs, 1),
+        "kernels_per_step": round(sum(e.count for e in kernels) / steps, 1),
+        "top": [[e.key[:70], round(e.self_device_time_total / steps, 1), e.count // steps] for e in kernels[:12]],
+    }
+
+
 def check_equal(n_envs: int, device: torch.device, conv: type[nn.Conv2d] = nn.Conv2d) -> dict[str, float]:
     """Grouped (or bmm) against separate hosts: logits, and every weight after one AdamW step (eager)."""
     torch.manual_seed(0)
@@ -236,6 +268,8 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=100, help="timed training steps (100 make a host epoch)")
     parser.add_argument("--cudnn-benchmark", action="store_true", help="let cuDNN time its kernels per shape")
     parser.add_argument("--arms", default="separate,grouped", help="of " + ",".join(ARMS) + "; separate first")
+    parser.add_argument("--bf16", action="store_true", help="every arm's step under bfloat16 autocast")
+    parser.add_argument("--kernels", default="", help="env counts whose steps are profiled kernel by kernel (CUDA)")
     args = parser.parse_args()
     arms = args.arms.split(",")
     if arms[0] != "separate" or not set(arms) <= set(ARMS):
@@ -251,6 +285,7 @@ def main() -> int:
         "torch": torch.__version__,
         "threads": 1,
         "cudnn_benchmark": args.cudnn_benchmark,
+        "bf16": args.bf16,
         "what": "training step only (no measurement pass), bare width-8 shapes hosts, random images",
         "equality": check_equal(4, device),
     }
@@ -258,23 +293,33 @@ def main() -> int:
         result["equality_bmm"] = check_equal(4, device, BmmGroupedConv)
     print(json.dumps(result), flush=True)
     rates: dict[str, dict[int, float]] = {arm: {} for arm in arms}
+    profiled = {int(n) for n in args.kernels.split(",") if n} if device.type == "cuda" else set()
+    tables: dict[str, dict[int, dict]] = {arm: {} for arm in arms}
     for n in counts:
         for arm in arms:
             torch.manual_seed(0)
             if arm == "separate":
-                steppers = [Stepper(CNNHost(3, CLASSES, WIDTH).to(device), separate_loss, device) for _ in range(n)]
+                steppers = [
+                    Stepper(CNNHost(3, CLASSES, WIDTH).to(device), separate_loss, device, bf16=args.bf16)
+                    for _ in range(n)
+                ]
             else:
                 conv = BmmGroupedConv if arm.startswith("bmm") else nn.Conv2d
                 layout = torch.channels_last if arm == "grouped-nhwc" else torch.contiguous_format
                 model = GroupedHosts(n, conv).to(device)
                 if arm.endswith("-compiled"):
                     model = torch.compile(model)
-                steppers = [Stepper(model, grouped_loss, device, layout)]
+                steppers = [Stepper(model, grouped_loss, device, layout, args.bf16)]
             rates[arm][n] = host_epochs_per_second(steppers, n // len(steppers), args.steps, device)
+            if n in profiled:
+                tables[arm][n] = kernel_table(steppers[0], n // len(steppers))
+                print(json.dumps({"arm": arm, **tables[arm][n]}), flush=True)
             del steppers
         print(json.dumps({"envs": n, **{arm: round(r[n], 2) for arm, r in rates.items()}}), flush=True)
     one = rates["separate"][counts[0]]
     result["host_epochs_per_second"] = {arm: {n: round(v, 3) for n, v in r.items()} for arm, r in rates.items()}
+    if profiled:
+        result["kernels"] = tables
     result["over_one_separate_env"] = {arm: {n: round(v / one, 3) for n, v in r.items()} for arm, r in rates.items()}
     print(json.dumps(result))
     return 0
