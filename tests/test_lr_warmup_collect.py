@@ -76,3 +76,19 @@ def test_an_unknown_pair_or_a_missing_controller_is_refused(tmp_path: Path, caps
     assert collect.main(["--arm", "a", a, "static", "--pair", "a", "b", "--out", out, "--episodes", episodes]) == 2
     assert collect.main(["--arm", "a", a, "heuristic", "--out", out, "--episodes", episodes]) == 2
     assert capsys.readouterr().err.count("\n") == 2
+
+
+def test_a_host_variant_may_run_its_own_task_and_no_other_arm_may(tmp_path: Path) -> None:
+    shaped = run_dir(tmp_path / "shaped", "static", [70.0, 70.0, 70.0], warmup=3, task="shaped:shapes_12_16_40")
+    plain = run_dir(tmp_path / "plain", "static", [71.0, 71.0, 69.0], warmup=3)
+    arms = [["shaped", shaped, "static"], ["plain", plain, "static"]]
+    with pytest.raises(collect.CollectError, match="task of arm 'plain' is 'shapes', not 'shaped:shapes_12_16_40'"):
+        collect.collect(arms, [], {})
+    record, _ = collect.collect(arms, [["shaped", "plain"]], {}, frozenset({"shaped"}))
+    assert record["task"] == "shapes"  # the task itself, from the first arm that ran it
+    assert record["arms"]["shaped"]["task"] == "shaped:shapes_12_16_40"
+    assert "task" not in record["arms"]["plain"]
+    with pytest.raises(collect.CollectError, match="one arm must run the task itself"):
+        collect.collect(arms, [], {}, frozenset({"shaped", "plain"}))
+    with pytest.raises(collect.CollectError, match="names an arm not given"):
+        collect.collect(arms, [], {}, frozenset({"wide"}))

@@ -8,7 +8,11 @@ requested pair's paired difference on the selection and the test split. Runs of 
 tasks, episode lengths, torch builds or CPU kernels are refused (one line, exit code 2).
 
     python experiments/lr-warmup/collect.py --arm NAME RUN_DIR CONTROLLER [--arm ...] \
-        --pair A B [--pair ...] --commit NAME COMMIT [...] --out RECORD.json --episodes EPISODES.jsonl
+        --pair A B [--pair ...] --commit NAME COMMIT [...] [--host-variant NAME ...] \
+        --out RECORD.json --episodes EPISODES.jsonl
+
+An arm named by `--host-variant` ran an own task that is the others' task with another host (for
+example the static host of a grown shape); only its task name may differ.
 """
 
 from __future__ import annotations
@@ -44,19 +48,31 @@ def paired_of(a: list[dict], b: list[dict], key: str) -> dict[str, object]:
     return paired_difference([r[key] for r in a], [r[key] for r in b]).to_json()
 
 
-def collect(arms: list[list[str]], pairs: list[list[str]], commits: dict[str, str]) -> tuple[dict, list[dict]]:
+def collect(
+    arms: list[list[str]], pairs: list[list[str]], commits: dict[str, str], host_variants: frozenset[str] = frozenset()
+) -> tuple[dict, list[dict]]:
+    """`host_variants` names arms that ran an own task: the others' task with a host of its own
+    (`--task package.module:function`). Their task name may differ; it is kept in their summary."""
     summary: dict[str, dict] = {}
     by_arm: dict[str, list[dict]] = {}
-    reference: dict | None = None
-    for name, run_dir, controller in arms:
-        config, record, rows = read_arm(Path(run_dir), controller)
-        reference = reference or record
+    unknown = host_variants - {name for name, _, _ in arms}
+    if unknown:
+        raise CollectError(f"collect: --host-variant {sorted(unknown)[0]} names an arm not given")
+    if all(name in host_variants for name, _, _ in arms):
+        raise CollectError("collect: every arm is a --host-variant; one arm must run the task itself")
+    read = {name: read_arm(Path(run_dir), controller) for name, run_dir, controller in arms}
+    reference = next(read[name][1] for name, _, _ in arms if name not in host_variants)
+    for name, _, controller in arms:
+        config, record, rows = read[name]
         for key in MUST_AGREE:
+            if key == "task" and name in host_variants:
+                continue
             if record.get(key) != reference.get(key):
                 raise CollectError(f"collect: {key} of arm {name!r} is {record.get(key)!r}, not {reference.get(key)!r}")
         by_arm[name] = rows
         summary[name] = {
             "controller": controller,
+            **({"task": record["task"]} if name in host_variants else {}),
             "command_line": config["command_line"][1:],
             "host_knobs": {k: v for k, v in config["knobs"]["host"].items() if v is not None},
             "commit": commits.get(name),
@@ -81,7 +97,6 @@ def collect(arms: list[list[str]], pairs: list[list[str]], commits: dict[str, st
                 "a_ahead_on_test": sum(x["test_accuracy"] > y["test_accuracy"] for x, y in zip(ra, rb, strict=True)),
             }
         )
-    assert reference is not None  # argparse requires at least one --arm
     record = {key: reference[key] for key in MUST_AGREE} | {"arms": summary, "paired": paired}
     episodes = [{"arm": name, **row} for name, rows in by_arm.items() for row in rows]
     return record, episodes
@@ -92,11 +107,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--arm", nargs=3, action="append", required=True, metavar=("NAME", "RUN_DIR", "CONTROLLER"))
     parser.add_argument("--pair", nargs=2, action="append", default=[], metavar=("A", "B"))
     parser.add_argument("--commit", nargs=2, action="append", default=[], metavar=("ARM", "COMMIT"))
+    parser.add_argument(
+        "--host-variant", action="append", default=[], metavar="ARM", help="an arm that ran the task with its own host"
+    )
     parser.add_argument("--out", required=True)
     parser.add_argument("--episodes", required=True)
     args = parser.parse_args(argv)
     try:
-        record, episodes = collect(args.arm, args.pair, dict(args.commit))
+        record, episodes = collect(args.arm, args.pair, dict(args.commit), frozenset(args.host_variant))
     except (CollectError, FileNotFoundError) as exc:
         print(str(exc).splitlines()[0], file=sys.stderr)
         return 2
