@@ -8,7 +8,7 @@ is whether the same shape, trained at full size from epoch 0, does as well. This
 with that host: the literature's "static network of the same final architecture".
 
     PYTHONPATH=experiments/growth-frontier esper eval --task shaped_host_task:shapes_12_16_40 \
-        --controllers static --seeds 150:160 --workers 2
+        --controllers static --seeds 150:160 --workers 1
 
 Only the static controller makes sense here: the host's slots keep their names, but the task's
 width knobs (`--host.width`, `matched`, `compute`) do not describe this shape and are refused.
