@@ -261,15 +261,25 @@ def check_equal(n_envs: int, device: torch.device, conv: type[nn.Conv2d] = nn.Co
     return {"max_logit_difference": logits_error, "max_weight_difference_after_one_step": weight_error}
 
 
+def env_counts(text: str) -> list[int]:
+    """`--envs` and `--kernels`: comma-separated env counts, each at least 1 (an empty text: none)."""
+    counts = [part for part in text.split(",") if part]
+    if not all(part.isdigit() and int(part) >= 1 for part in counts):
+        raise argparse.ArgumentTypeError(f"{text!r}: comma-separated env counts, each at least 1")
+    return [int(part) for part in counts]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--envs", default="1,8,32", help="env counts, comma-separated")
+    parser.add_argument("--envs", type=env_counts, default="1,8,32", help="env counts, comma-separated")
     parser.add_argument("--steps", type=int, default=100, help="timed training steps (100 make a host epoch)")
     parser.add_argument("--cudnn-benchmark", action="store_true", help="let cuDNN time its kernels per shape")
     parser.add_argument("--arms", default="separate,grouped", help="of " + ",".join(ARMS) + "; separate first")
     parser.add_argument("--bf16", action="store_true", help="every arm's step under bfloat16 autocast")
-    parser.add_argument("--kernels", default="", help="env counts whose steps are profiled kernel by kernel (CUDA)")
+    parser.add_argument(
+        "--kernels", type=env_counts, default="", help="env counts whose steps are profiled kernel by kernel (CUDA)"
+    )
     args = parser.parse_args()
     arms = args.arms.split(",")
     if arms[0] != "separate" or not set(arms) <= set(ARMS):
@@ -277,7 +287,7 @@ def main() -> int:
     torch.set_num_threads(1)
     torch.backends.cudnn.benchmark = args.cudnn_benchmark
     device = torch.device(args.device)
-    counts = [int(n) for n in args.envs.split(",")]
+    counts = args.envs
     result: dict = {
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "device": str(device),
@@ -293,7 +303,7 @@ def main() -> int:
         result["equality_bmm"] = check_equal(4, device, BmmGroupedConv)
     print(json.dumps(result), flush=True)
     rates: dict[str, dict[int, float]] = {arm: {} for arm in arms}
-    profiled = {int(n) for n in args.kernels.split(",") if n} if device.type == "cuda" else set()
+    profiled = set(args.kernels) if device.type == "cuda" else set()
     tables: dict[str, dict[int, dict]] = {arm: {} for arm in arms}
     for n in counts:
         for arm in arms:

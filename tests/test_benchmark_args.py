@@ -19,6 +19,9 @@ BENCHMARKS = Path(__file__).parents[1] / "benchmarks"
         ("kernel_rate_probe.py", ["--streams", "2,4"], ["'2,4' starts at 2", "start at 1"]),
         ("kernel_rate_probe.py", ["--streams", "1,x"], ["'x'", "at least 1"]),
         ("kernel_rate_probe.py", ["--kernels", "0"], ["--kernels", "'0'"]),
+        ("batched_envs_probe.py", ["--envs", "1,x"], ["--envs", "'1,x'", "each at least 1"]),
+        ("batched_envs_probe.py", ["--kernels", "0"], ["--kernels", "'0'", "each at least 1"]),
+        ("batched_envs_probe.py", ["--arms", "grouped"], ["--arms 'grouped'", "beginning with separate"]),
     ],
 )
 def test_bad_benchmark_input_is_one_line_with_exit_code_2(script: str, argv: list[str], fragments: list[str]) -> None:
