@@ -11,7 +11,9 @@ with that host: the literature's "static network of the same final architecture"
         --controllers static --seeds 150:160 --workers 1
 
 Only the static controller makes sense here: the host's slots keep their names, but the task's
-width knobs (`--host.width`, `matched`, `compute`) do not describe this shape and are refused.
+width knobs (`--host.width`, `matched`, `compute`) do not describe this shape. Building the host
+at another width raises a ValueError naming it (`esper eval` shows it as a traceback: an own
+task's errors are not yet one line).
 """
 
 from __future__ import annotations
