@@ -119,3 +119,50 @@ def test_eval_workers_import_the_task_by_its_name(module_folder: Path, capsys) -
     assert main([*argv, "--max-epochs", "2", "--workers", "2", "--run-dir", "ev"]) == 0
     report = json.loads((module_folder / "ev" / "eval.json").read_text())
     assert report["task"] == "mymodule:make_task" and len(report["controllers"]["heuristic"]["test_accuracy"]) == 2
+
+
+ONE_SHAPE = """
+
+def one_shape(width: int) -> QuadrantCNN:
+    if width != 8:
+        raise ValueError(f"this host has one shape, width 8; not {width}")
+    return QuadrantCNN(width)
+"""
+
+
+@pytest.fixture
+def one_shape_task(module_folder: Path) -> str:
+    """The docs' task with a host factory that refuses every width but its own (a grown shape)."""
+    source = example("own task module", "python").replace("make_host=QuadrantCNN", "make_host=one_shape")
+    (module_folder / "oneshape.py").write_text(source + ONE_SHAPE)
+    sys.modules.pop("oneshape", None)
+    yield "oneshape:make_task"
+    sys.modules.pop("oneshape", None)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["grow", "--controller", "static"],
+        ["eval", "--controllers", "static", "--seeds", "0:1", "--workers", "0"],
+        ["ppo", "--episodes", "1", "--n-envs", "1"],
+    ],
+    ids=["grow", "eval", "ppo"],
+)
+def test_a_width_the_host_factory_refuses_is_one_line(argv: list[str], one_shape_task: str, capsys) -> None:
+    """It raised inside the first episode, a traceback after the run directory was written."""
+    argv = [*argv, "--task", one_shape_task, "--host.width", "9", "--max-epochs", "1", "--run-dir", "r"]
+    check_usage_error(capsys, argv, "--task oneshape:make_task", "width 9", "one shape")
+    assert not Path("r").exists()
+
+
+def test_matched_on_a_host_that_cannot_be_sized_is_one_line_and_keeps_the_episodes(one_shape_task: str, capsys) -> None:
+    """`matched` sizes the host by width after the growing controllers ran: a failure found while
+    the run ran (exit code 1), one line, and their episodes stay."""
+    controllers = ["schedule:early=conv_light@0", "matched"]
+    argv = ["eval", "--task", one_shape_task, "--controllers", *controllers, "--seeds", "0:1", "--max-epochs", "1"]
+    assert main([*argv, "--workers", "0", "--quiet", "--run-dir", "ev"]) == 1
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "cannot be sized by width" in err and "1 episodes run are saved" in err
+    rows = [json.loads(line) for line in Path("ev", "episodes.jsonl").read_text().splitlines()]
+    assert [r["controller"] for r in rows] == ["schedule:early=conv_light@0"]

@@ -12,8 +12,7 @@ with that host: the literature's "static network of the same final architecture"
 
 Only the static controller makes sense here: the host's slots keep their names, but the task's
 width knobs (`--host.width`, `matched`, `compute`) do not describe this shape. Building the host
-at another width raises a ValueError naming it (`esper eval` shows it as a traceback: an own
-task's errors are not yet one line).
+at another width raises a ValueError naming it, which `esper` shows as a one-line error.
 """
 
 from __future__ import annotations

@@ -151,6 +151,18 @@ def progress_bar(total: int, unit: str, quiet: bool) -> tqdm:
     return tqdm(total=total, unit=unit, disable=quiet or not sys.stderr.isatty(), file=sys.stderr, dynamic_ncols=True)
 
 
+def check_host_builds(task: TaskSpec, width: int | None) -> None:
+    """The task's host factory accepts `width` (None: the task's own). An own task whose host
+    has one shape, or a width it refuses, raised inside the first episode as a traceback, after
+    the run directory was written; its ValueError or TypeError is a one-line error here instead."""
+    try:
+        with torch.device("meta"):  # shapes only: no memory, no draw from the global RNG
+            task.build_host(width)
+    except (TypeError, ValueError) as exc:
+        shown = task.host_width if width is None else width
+        raise UsageError(f"--task {task.name}: its host at width {shown} cannot be built: {exc}") from None
+
+
 def resolve_slots(task: TaskSpec, names: Sequence[str] | None) -> tuple[str, ...]:
     """The slots a controller may use, in host order (default: all of the host's)."""
     host_slots = task.slot_ids

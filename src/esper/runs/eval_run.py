@@ -49,6 +49,7 @@ from esper.runs.common import (
     UsageError,
     apply_deterministic,
     check_blueprints_fit,
+    check_host_builds,
     check_minimum,
     check_run_dir,
     check_same_run,
@@ -399,6 +400,7 @@ def resolve_eval(args: argparse.Namespace, rest: Sequence[str] = ()) -> EvalRun:
     task = resolve_task(settings["task"])
     knobs = parse_knobs(EVAL_GROUPS, rest, over_tuned_heuristic(task.name, file_knobs))
     task = knobs["host"].apply(task)
+    check_host_builds(task, knobs["host"].width)
     slots = resolve_slots(task, settings["slots"])
     blueprints = resolve_heuristic_blueprints(
         task, knobs["heuristic"], settings["blueprints"], knobs["host"].width, slots
@@ -720,12 +722,19 @@ def sized_widths(run: EvalRun, results: list[dict[str, Any]]) -> dict[str, int]:
     rows = [r for r in results if r["controller"] in growing]
     kinds = {s.kind for s in run.controllers}
     widths: dict[str, int] = {}
-    if "matched" in kinds:
-        widths["matched"] = width_for_mean_size(run.task, rows)
-    if "compute" in kinds:
-        data = _task_data(run.task.name, tuple(sorted(run.host_knobs.items())), run.data_dir)
-        target = statistics.fmean(r["train_gflops"] for r in rows)
-        widths["compute"] = width_for_train_gflops(run.task, data, run.env.max_epochs, target)
+    try:
+        if "matched" in kinds:
+            widths["matched"] = width_for_mean_size(run.task, rows)
+        if "compute" in kinds:
+            data = _task_data(run.task.name, tuple(sorted(run.host_knobs.items())), run.data_dir)
+            target = statistics.fmean(r["train_gflops"] for r in rows)
+            widths["compute"] = width_for_train_gflops(run.task, data, run.env.max_epochs, target)
+    except (TypeError, ValueError) as exc:  # an own task's host factory refused a width
+        sized = " and ".join(sorted(kinds & set(SIZED_STATICS)))
+        raise RunFailure(
+            f"--controllers {sized}: task {run.task.name}'s host cannot be sized by width ({exc}); the "
+            f"{len(results)} episodes run are saved in {run.run_dir / EPISODES_FILE}"
+        ) from None
     return widths
 
 

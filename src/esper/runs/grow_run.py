@@ -23,6 +23,7 @@ from esper.runs.common import (
     AlreadyFinished,
     UsageError,
     apply_deterministic,
+    check_host_builds,
     check_minimum,
     check_run_dir,
     check_same_run,
@@ -124,6 +125,7 @@ def resolve_growth(args: argparse.Namespace, rest: Sequence[str] = ()) -> Growth
     task = resolve_task(settings["task"])
     knobs = parse_knobs(HEURISTIC_GROUPS, rest, over_tuned_heuristic(task.name, file_knobs))
     task = knobs["host"].apply(task)
+    check_host_builds(task, knobs["host"].width)
     slots = resolve_slots(task, settings["slots"])
     controller = resolve_grow_controller(settings.get("controller", "heuristic"), task, knobs["host"].width, slots)
     episodes, rng_seed = settings["episodes"], settings["seed"]

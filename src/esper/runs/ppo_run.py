@@ -33,6 +33,7 @@ from esper.runs.common import (
     a_run_of,
     apply_deterministic,
     check_blueprints_fit,
+    check_host_builds,
     check_minimum,
     check_run_dir,
     env_config,
@@ -170,6 +171,7 @@ def resolve_ppo(args: argparse.Namespace, rest: Sequence[str] = (), ctx: DistCon
     knobs["host"] = knobs["host"].with_episode_warmup(task, max_epochs)
     policy_device, devices = resolve_devices(settings, ctx)
     amp = resolve_amp(settings["amp"], devices)
+    check_host_builds(task, knobs["host"].width)
     slots = resolve_slots(task, settings["slots"])
     blueprints = policy_blueprints(task, settings["blueprints"])
     check_blueprints_fit(task, knobs["host"].width, slots, blueprints)
