@@ -92,3 +92,54 @@ def test_a_host_variant_may_run_its_own_task_and_no_other_arm_may(tmp_path: Path
         collect.collect(arms, [], {}, frozenset({"shaped", "plain"}))
     with pytest.raises(collect.CollectError, match="names an arm not given"):
         collect.collect(arms, [], {}, frozenset({"wide"}))
+
+
+def committed_eval_record(folder: Path, name: str, run: str) -> Path:
+    """An eval run directory committed as a record: `name.json`, `_config.json`, `_episodes.jsonl`."""
+    for source, suffix in (
+        ("eval.json", ".json"),
+        ("config.json", "_config.json"),
+        ("episodes.jsonl", "_episodes.jsonl"),
+    ):
+        (folder / f"{name}{suffix}").write_text((Path(run) / source).read_text())
+    return folder / f"{name}.json"
+
+
+def test_committed_records_pair_with_a_run_directory_on_a_subset_of_seeds(tmp_path: Path) -> None:
+    """Held episodes whose run directory is gone: an eval's committed record and a record of this
+    script, taken on the seeds they share with a new run."""
+    records = tmp_path / "records"
+    records.mkdir()
+    held_run = run_dir(tmp_path / "h", "matched", [70.0, 72.0, 74.0], 3)  # seeds 2, 0, 1
+    held = committed_eval_record(records, "held", held_run)
+    record, episodes = collect.collect([["held", str(held), "matched"]], [], {"held": "abc"})
+    mine = records / "mine.json"
+    mine.write_text(json.dumps(record))
+    (records / "mine_episodes.jsonl").write_text("".join(json.dumps(e) + "\n" for e in episodes))
+    new = run_dir(tmp_path / "new", "policy:x", [71.0, 71.0, 71.0], 3, seeds=[1, 2, 3])
+    rows = (tmp_path / "new" / "episodes.jsonl").read_text().replace('"seed": 0', '"seed": 3')
+    (tmp_path / "new" / "episodes.jsonl").write_text(rows)  # seeds 1, 2, 3
+    arms = [["new", new, "policy:x"], ["eval_held", str(held), "matched"], ["script_held", str(mine), "held"]]
+    record, episodes = collect.collect(arms, [["new", "eval_held"]], {"new": "def"}, seeds=(1, 2))
+    assert record["seeds"] == [1, 2]
+    assert record["arms"]["eval_held"]["command_line"] == ["eval", "--controllers", "matched"]
+    assert record["arms"]["script_held"]["commit"] == "abc"  # carried from the record it was held in
+    assert record["arms"]["script_held"]["source"] == str(mine)
+    # seed 1: 71 - 74, seed 2: 71 - 70
+    assert record["paired"][0]["a_minus_b_test_accuracy"]["mean"] == pytest.approx(-1.0)
+    assert [(e["arm"], e["seed"]) for e in episodes][:2] == [("new", 1), ("new", 2)]
+    with pytest.raises(collect.CollectError, match="for 3 seeds"):
+        collect.collect(arms, [], {}, seeds=(1, 2, 3))  # the held runs lack seed 3
+    with pytest.raises(collect.CollectError, match="no arm 'other'"):
+        collect.collect([["x", str(mine), "other"]], [], {})
+
+
+@pytest.mark.parametrize("text", ["5", "5:x", "7:5"])
+def test_a_bad_seed_range_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str) -> None:
+    a = run_dir(tmp_path / "a", "static", [70.0, 70.0, 70.0], warmup=3)
+    out, episodes = tmp_path / "r.json", tmp_path / "e.jsonl"
+    argv = ["--arm", "a", a, "static", "--seeds", text, "--out", str(out), "--episodes", str(episodes)]
+    assert collect.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"--seeds {text!r}" in err
+    assert not out.exists()

@@ -9,10 +9,16 @@ tasks, episode lengths, torch builds or CPU kernels are refused (one line, exit 
 
     python experiments/lr-warmup/collect.py --arm NAME RUN_DIR CONTROLLER [--arm ...] \
         --pair A B [--pair ...] --commit NAME COMMIT [...] [--host-variant NAME ...] \
-        --out RECORD.json --episodes EPISODES.jsonl
+        [--seeds A:B] --out RECORD.json --episodes EPISODES.jsonl
 
 An arm named by `--host-variant` ran an own task that is the others' task with another host (for
 example the static host of a grown shape); only its task name may differ.
+
+An arm's RUN_DIR may instead be a committed record, so that episodes whose run directory is gone
+pair with new ones: an eval's record `X.json` (its `eval.json`, with `X_config.json` and
+`X_episodes.jsonl` beside it; CONTROLLER as the eval named it), or a record this script wrote
+(CONTROLLER: the arm's name in it; its command line and commit come along). `--seeds A:B` takes
+every arm's episodes of those seeds only, refusing an arm that lacks one.
 """
 
 from __future__ import annotations
@@ -32,16 +38,48 @@ class CollectError(Exception):
     """Arms that cannot be put in one record."""
 
 
-def read_arm(run_dir: Path, controller: str) -> tuple[dict, dict, list[dict]]:
-    config = json.loads((run_dir / "config.json").read_text(encoding="utf-8"))
-    record = json.loads((run_dir / "eval.json").read_text(encoding="utf-8"))
-    rows = [json.loads(line) for line in (run_dir / "episodes.jsonl").read_text(encoding="utf-8").splitlines()]
-    rows = [row for row in rows if row["controller"] == controller]
-    if sorted(row["seed"] for row in rows) != sorted(record["seeds"]):
-        raise CollectError(
-            f"collect: {run_dir} holds {len(rows)} {controller!r} episodes for {len(record['seeds'])} seeds"
-        )
-    return config, record, sorted(rows, key=lambda row: row["seed"])
+def read_arm(source: Path, controller: str, seeds: tuple[int, ...] | None = None) -> tuple[dict, dict, list[dict]]:
+    """One arm's record fields (those of `MUST_AGREE`), its provenance (`controller`,
+    `command_line`, `host_knobs` and, from a record this script wrote, `commit`) and its episodes
+    in seed order: from an eval run directory or a committed record (the module docstring)."""
+    if source.is_dir():
+        config = json.loads((source / "config.json").read_text(encoding="utf-8"))
+        record = json.loads((source / "eval.json").read_text(encoding="utf-8"))
+        rows = read_rows(source / "episodes.jsonl", "controller", controller)
+        provenance = eval_provenance(config, controller)
+    else:
+        record = json.loads(source.read_text(encoding="utf-8"))
+        stem = source.with_suffix("")
+        rows_path = stem.with_name(stem.name + "_episodes.jsonl")
+        if "arms" in record:  # a record of this script: the arm's summary carries its provenance
+            if controller not in record["arms"]:
+                raise CollectError(f"collect: {source} has no arm {controller!r}; arms: {' '.join(record['arms'])}")
+            arm = record["arms"][controller]
+            rows = read_rows(rows_path, "arm", controller)
+            keys = ("controller", "command_line", "host_knobs", "commit")
+            provenance = {key: arm[key] for key in keys} | {"source": str(source)}
+        else:
+            config = json.loads(stem.with_name(stem.name + "_config.json").read_text(encoding="utf-8"))
+            rows = read_rows(rows_path, "controller", controller)
+            provenance = eval_provenance(config, controller) | {"source": str(source)}
+    wanted = tuple(record["seeds"]) if seeds is None else seeds
+    by_seed = {row["seed"]: row for row in rows}
+    if len(by_seed) != len(rows) or not set(wanted) <= set(by_seed) or (seeds is None and len(rows) != len(wanted)):
+        raise CollectError(f"collect: {source} holds {len(rows)} {controller!r} episodes for {len(wanted)} seeds")
+    return {**record, "seeds": sorted(wanted)}, provenance, [by_seed[seed] for seed in sorted(wanted)]
+
+
+def read_rows(path: Path, key: str, value: str) -> list[dict]:
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    return [row for row in rows if row.get(key) == value]
+
+
+def eval_provenance(config: dict, controller: str) -> dict:
+    return {
+        "controller": controller,
+        "command_line": config["command_line"][1:],
+        "host_knobs": {k: v for k, v in config["knobs"]["host"].items() if v is not None},
+    }
 
 
 def paired_of(a: list[dict], b: list[dict], key: str) -> dict[str, object]:
@@ -49,7 +87,11 @@ def paired_of(a: list[dict], b: list[dict], key: str) -> dict[str, object]:
 
 
 def collect(
-    arms: list[list[str]], pairs: list[list[str]], commits: dict[str, str], host_variants: frozenset[str] = frozenset()
+    arms: list[list[str]],
+    pairs: list[list[str]],
+    commits: dict[str, str],
+    host_variants: frozenset[str] = frozenset(),
+    seeds: tuple[int, ...] | None = None,
 ) -> tuple[dict, list[dict]]:
     """`host_variants` names arms that ran an own task: the others' task with a host of its own
     (`--task package.module:function`). Their task name may differ; it is kept in their summary."""
@@ -60,10 +102,10 @@ def collect(
         raise CollectError(f"collect: --host-variant {sorted(unknown)[0]} names an arm not given")
     if all(name in host_variants for name, _, _ in arms):
         raise CollectError("collect: every arm is a --host-variant; one arm must run the task itself")
-    read = {name: read_arm(Path(run_dir), controller) for name, run_dir, controller in arms}
-    reference = next(read[name][1] for name, _, _ in arms if name not in host_variants)
-    for name, _, controller in arms:
-        config, record, rows = read[name]
+    read = {name: read_arm(Path(run_dir), controller, seeds) for name, run_dir, controller in arms}
+    reference = next(read[name][0] for name, _, _ in arms if name not in host_variants)
+    for name, _, _ in arms:
+        record, provenance, rows = read[name]
         for key in MUST_AGREE:
             if key == "task" and name in host_variants:
                 continue
@@ -71,11 +113,9 @@ def collect(
                 raise CollectError(f"collect: {key} of arm {name!r} is {record.get(key)!r}, not {reference.get(key)!r}")
         by_arm[name] = rows
         summary[name] = {
-            "controller": controller,
+            **provenance,
             **({"task": record["task"]} if name in host_variants else {}),
-            "command_line": config["command_line"][1:],
-            "host_knobs": {k: v for k, v in config["knobs"]["host"].items() if v is not None},
-            "commit": commits.get(name),
+            "commit": commits.get(name, provenance.get("commit")),
             "test_accuracy": estimate([r["test_accuracy"] for r in rows]).to_json(),
             "selection_accuracy": estimate([r["val_accuracy"] for r in rows]).to_json(),
             "mean_final_params": round(statistics.fmean(r["host_params"] + r["seed_params"] for r in rows), 1),
@@ -102,6 +142,16 @@ def collect(
     return record, episodes
 
 
+def parse_seed_range(text: str) -> tuple[int, ...]:
+    try:
+        first, end = (int(part) for part in text.split(":"))
+    except ValueError:
+        raise CollectError(f"collect: --seeds {text!r}: give A:B, the seeds A to B-1") from None
+    if end <= first:
+        raise CollectError(f"collect: --seeds {text!r}: B must be above A")
+    return tuple(range(first, end))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--arm", nargs=3, action="append", required=True, metavar=("NAME", "RUN_DIR", "CONTROLLER"))
@@ -110,11 +160,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--host-variant", action="append", default=[], metavar="ARM", help="an arm that ran the task with its own host"
     )
+    parser.add_argument("--seeds", help="A:B: every arm's episodes of seeds A to B-1 only")
     parser.add_argument("--out", required=True)
     parser.add_argument("--episodes", required=True)
     args = parser.parse_args(argv)
     try:
-        record, episodes = collect(args.arm, args.pair, dict(args.commit), frozenset(args.host_variant))
+        seeds = parse_seed_range(args.seeds) if args.seeds else None
+        record, episodes = collect(args.arm, args.pair, dict(args.commit), frozenset(args.host_variant), seeds)
     except (CollectError, FileNotFoundError) as exc:
         print(str(exc).splitlines()[0], file=sys.stderr)
         return 2
