@@ -153,3 +153,25 @@ def test_the_measurement_count_is_what_a_measurement_runs(text: bool) -> None:
     with FlopCounterMode(display=False) as counter:
         env.passes.measure(env.model)
     assert env.compute.measure_flops - before == counter.get_total_flops()
+
+
+def test_a_static_episode_spends_no_extra_compute() -> None:
+    env = make_env(max_epochs=3)
+    shares = [env.reset(0).extra_compute_share]
+    while not env.episode_over:
+        shares.append(env.step(Decision.wait()).signals.extra_compute_share)
+    assert shares == [0.0] * 4
+
+
+def test_the_extra_compute_share_is_what_growth_spent_over_a_static_run() -> None:
+    """Epoch by epoch, the share is the training FLOPs beyond the start host's on the same epochs,
+    over the start host's whole run: at the end, (grown run - static run) / static run."""
+    static = run_episode(make_env(max_epochs=4), StaticController(), rng_seed=0, episode=0)
+    env = make_env(max_epochs=4)
+    env.reset(0)
+    shares = [env.step(Decision(LifecycleOp.GERMINATE, "late", "widen_100")).signals.extra_compute_share]
+    while not env.episode_over:
+        shares.append(env.step(Decision.wait()).signals.extra_compute_share)
+    assert shares == sorted(shares) and shares[0] > 0  # the seed trains from the first epoch
+    expected = (env.compute.train_gflops - static.train_gflops) / static.train_gflops
+    assert shares[-1] == pytest.approx(expected, rel=1e-9)

@@ -292,8 +292,11 @@ def test_a_governor_panic_in_one_env_leaves_the_others_data_unchanged() -> None:
     assert float(panicked.buffer.rewards[1, 0]) <= -envs.reward.config.panic_penalty + 1.0
     # Env 1 saw exactly what it saw without the panic next door. (The observation normalizer is
     # shared, so raw features are compared: they come from env 1's own signals.)
-    for field in ("actions", "rewards", "terminated", "valid", "log_probs", "masks"):
+    for field in ("actions", "rewards", "terminated", "valid", "masks"):
         assert torch.equal(getattr(panicked.buffer, field)[:, 1], getattr(clean.buffer, field)[:, 1]), field
+    # the policy acts on a batch of one env after the panic, of two without it: a matrix product
+    # of another shape may round differently (it did with one CPU thread), by far less than 1e-5
+    torch.testing.assert_close(panicked.buffer.log_probs[:, 1], clean.buffer.log_probs[:, 1], rtol=0, atol=1e-5)
     assert envs.signals[1] == clean_envs.signals[1]
 
 

@@ -1,7 +1,8 @@
 """Rewards: a dense form of the stated objective, potential-based shaping, the sparse mode.
 
-The objective is J = selection accuracy - param_price x seed parameters / host parameters at the
-end of an episode. The properties below hold for any trajectory, constructed by hypothesis."""
+The objective is J = selection accuracy - param_price x seed parameters / host parameters -
+compute_price x the extra training compute share at the end of an episode. The properties below
+hold for any trajectory, constructed by hypothesis."""
 
 from __future__ import annotations
 
@@ -48,6 +49,10 @@ def signals(stages: dict[str, SeedStage] | None = None, val_accuracy: float = 50
     return training_signals(slots, val_accuracy=val_accuracy, host_params=HOST_PARAMS, seed_params=seed_params, **kw)
 
 
+def objective_of(state, reward: RewardFunction) -> float:
+    return objective(state, reward.config.param_price, reward.config.compute_price)
+
+
 def episode_return(reward: RewardFunction, path) -> float:
     """The undiscounted return of a trajectory of signals, the last step terminal."""
     n = len(path) - 1
@@ -75,22 +80,26 @@ accuracies = st.integers(0, 2000).map(lambda k: k / 20)
 @st.composite
 def trajectories(draw, accuracy=None):
     """A start with no seed (as every episode starts) and 1..20 later states, each with any seeds,
-    parameter counts and accuracy (or the given constant accuracy: seeds that change nothing)."""
+    parameter counts and accuracy (or the given constant accuracy: seeds that change nothing),
+    and extra training compute that only grows (each epoch spends some, or none)."""
     n = draw(st.integers(1, 20))
     params = draw(st.integers(0, 3 * HOST_PARAMS))
     start = draw(accuracies) if accuracy is None else accuracy
     path = [signals(val_accuracy=start)]
+    spent = 0.0
     for _ in range(n):
         acc = draw(accuracies) if accuracy is None else accuracy
-        path.append(signals(draw(step_states), val_accuracy=acc, params=params))
+        spent += draw(st.sampled_from([0.0, 0.0, 0.01, 0.025, 0.1]))
+        path.append(signals(draw(step_states), val_accuracy=acc, params=params, extra_compute_share=spent))
     return path
 
 
 @settings(max_examples=300, deadline=None)
-@given(trajectories(), st.floats(0.0, 5.0), st.floats(0.01, 1.0))
-def test_the_return_of_an_episode_is_its_objective_gain(path, price, weight) -> None:
-    reward = RewardFunction(RewardConfig(param_price=price, accuracy_weight=weight), ppo_gamma=1.0)
-    expected = weight * (objective(path[-1], price) - objective(path[0], price))
+@given(trajectories(), st.floats(0.0, 5.0), st.floats(0.0, 20.0), st.floats(0.01, 1.0))
+def test_the_return_of_an_episode_is_its_objective_gain(path, price, compute_price, weight) -> None:
+    config = RewardConfig(param_price=price, compute_price=compute_price, accuracy_weight=weight)
+    reward = RewardFunction(config, ppo_gamma=1.0)
+    expected = weight * (objective_of(path[-1], reward) - objective_of(path[0], reward))
     assert math.isclose(episode_return(reward, path), expected, rel_tol=1e-9, abs_tol=1e-9)
 
 
@@ -111,15 +120,18 @@ def test_higher_final_accuracy_at_equal_parameters_earns_a_higher_return(a, b, p
 
 
 @settings(max_examples=300, deadline=None)
-@given(trajectories(accuracy=50.0), st.floats(0.0, 5.0), st.sampled_from([1.0, 0.99, 0.9]))
-def test_a_seed_that_does_nothing_never_earns_a_positive_return(path, price, gamma) -> None:
+@given(trajectories(accuracy=50.0), st.floats(0.0, 5.0), st.floats(0.0, 20.0), st.sampled_from([1.0, 0.99, 0.9]))
+def test_a_seed_that_does_nothing_never_earns_a_positive_return(path, price, compute_price, gamma) -> None:
     """Seeds that change no accuracy, through any lifecycle path, kept or culled: the return is
-    at most 0 (exactly 0 when nothing is kept at gamma 1), for any shaping discount."""
-    reward = RewardFunction(RewardConfig(param_price=price, gamma=gamma), ppo_gamma=gamma)
+    at most 0 (exactly 0 when nothing is kept and no compute priced at gamma 1), for any shaping
+    discount. With a compute price, a seed grown and culled has cost what it spent."""
+    config = RewardConfig(param_price=price, compute_price=compute_price, gamma=gamma)
+    reward = RewardFunction(config, ppo_gamma=gamma)
     total = episode_return(reward, path)
     assert total <= 1e-9
     if gamma == 1.0 and path[-1].seed_params == 0:
-        assert math.isclose(total, 0.0, abs_tol=1e-9)
+        spent = compute_price * path[-1].extra_compute_share
+        assert math.isclose(total, -reward.config.accuracy_weight * spent, abs_tol=1e-9)
 
 
 @settings(max_examples=300, deadline=None)
@@ -187,6 +199,19 @@ def test_bad_reward_settings_are_refused() -> None:
         RewardConfig(mode="contribution")
     with pytest.raises(ValueError, match="param_price must be >= 0"):
         RewardConfig(param_price=-1.0)
+    with pytest.raises(ValueError, match=r"compute_price must be >= 0, got -0\.5"):
+        RewardConfig(compute_price=-0.5)
+
+
+def test_an_epoch_pays_the_compute_it_spent_and_a_cull_refunds_none() -> None:
+    reward = RewardFunction(RewardConfig(compute_price=10.0), ppo_gamma=1.0)
+    before = signals({"late": SeedStage.TRAINING}, params=200, extra_compute_share=0.02)
+    after = signals({"late": SeedStage.TRAINING}, params=200, extra_compute_share=0.05)
+    assert reward(before, after, terminal=False).compute_cost == pytest.approx(-0.1 * 10.0 * 0.03)
+    culled = signals({"late": SeedStage.CULLED}, extra_compute_share=0.05)
+    assert reward(after, culled, terminal=False).compute_cost == 0.0
+    sparse = RewardFunction(RewardConfig(mode="sparse", compute_price=10.0), ppo_gamma=1.0)
+    assert sparse(before, culled, terminal=True).terminal == pytest.approx(0.1 * (50.0 - 10.0 * 0.05))
 
 
 def test_one_potential_sums_every_slot() -> None:

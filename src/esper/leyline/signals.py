@@ -67,6 +67,10 @@ class TrainingSignals:
     max_germinations: int
     epochs_since_germination: int
     slots: tuple[SlotSignals, ...]
+    extra_compute_share: float = 0.0
+    """Training FLOPs spent so far beyond what the start host alone would have spent on the same
+    epochs, over the start host's whole run: 0 for a static host. A reward's compute price
+    charges it (`esper.simic.rewards`); the observation does not show it."""
 
     @property
     def seed_param_share(self) -> float:

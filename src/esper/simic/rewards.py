@@ -4,11 +4,16 @@ the state it leads to.
 The objective. A controller is judged by the network an episode ends with:
 
     J = final selection accuracy (points) - param_price x (seed parameters / host parameters)
+        - compute_price x (extra training FLOPs / the start host's whole run)
 
 the accuracy on the selection split (the only split a decision reads), minus a stated price for
 the parameters the seeds added: `param_price` points of accuracy for every host-size of added
 parameters (a seed half the size of the host must buy `param_price / 2` points to be worth
-keeping). Seeds still alive at the end count as kept; culled ones cost nothing.
+keeping). Seeds still alive at the end count as kept; culled ones cost nothing. The compute
+price (`compute_price`, 0 by default) charges the training FLOPs the episode spent beyond what
+its start host alone would have spent (`TrainingSignals.extra_compute_share`), culled seeds'
+included: the parameter price cannot see a seed grown, trained and culled, nor when a kept one
+was grown, and growth is judged against a static host on training compute as well as on size.
 
 Two modes behind one interface (`RewardFunction`), configured by `RewardConfig`:
 
@@ -17,6 +22,8 @@ Two modes behind one interface (`RewardFunction`), configured by `RewardConfig`:
   - parameter cost: `-accuracy_weight x param_price` x the change in seed parameters / host
     parameters. A germination pays its price when the seed appears and a cull refunds it, so a
     seed is paid for exactly once, and only for as long as it stays.
+  - compute cost: `-accuracy_weight x compute_price` x the change in the extra compute share:
+    each epoch pays for the FLOPs its seeds and widened layers cost, and nothing is refunded.
   Both are differences of J, so over an episode they telescope to
   `accuracy_weight x (J_end - J_start)`: the undiscounted return ranks episodes exactly as the
   objective does, a seed that changes no accuracy never earns a positive return, and nothing is
@@ -79,6 +86,9 @@ class RewardConfig:
     """Reward per point of the objective (selection accuracy, minus the parameter price)."""
     param_price: float = 1.0
     """Points of selection accuracy that added parameters as many as the host's own must buy."""
+    compute_price: float = 0.0
+    """Points of selection accuracy that extra training FLOPs as many as the start host's whole
+    run must buy."""
     shaping_weight: float = 0.1
     """Scale of the stage potential."""
     panic_penalty: float = 5.0
@@ -93,12 +103,15 @@ class RewardConfig:
             raise ValueError(f"reward gamma must be in [0, 1], got {self.gamma}")
         if self.param_price < 0:
             raise ValueError(f"param_price must be >= 0, got {self.param_price}")
+        if self.compute_price < 0:
+            raise ValueError(f"compute_price must be >= 0, got {self.compute_price}")
 
 
 @dataclass(frozen=True)
 class RewardBreakdown:
     accuracy: float = 0.0
     parameter_cost: float = 0.0
+    compute_cost: float = 0.0
     shaping: float = 0.0
     panic: float = 0.0
     terminal: float = 0.0
@@ -108,7 +121,8 @@ class RewardBreakdown:
 
     @property
     def total(self) -> float:
-        return self.accuracy + self.parameter_cost + self.shaping + self.panic + self.terminal + self.static_baseline
+        parts = (self.accuracy, self.parameter_cost, self.compute_cost, self.shaping, self.panic, self.terminal)
+        return sum(parts) + self.static_baseline
 
     def to_json(self) -> dict[str, float]:
         return asdict(self)
@@ -119,9 +133,10 @@ def potential(signals: TrainingSignals) -> float:
     return sum(STAGE_POTENTIAL.get(s.stage, 0.0) for s in signals.slots if s.seed_id is not None)
 
 
-def objective(signals: TrainingSignals, param_price: float) -> float:
-    """J: selection accuracy (points) minus the price of the parameters the seeds add."""
-    return signals.val_accuracy - param_price * signals.seed_param_share
+def objective(signals: TrainingSignals, param_price: float, compute_price: float = 0.0) -> float:
+    """J: selection accuracy (points) minus the price of the parameters the seeds add and of the
+    extra training compute spent so far."""
+    return signals.val_accuracy - param_price * signals.seed_param_share - compute_price * signals.extra_compute_share
 
 
 class RewardFunction:
@@ -152,12 +167,15 @@ class RewardFunction:
         penalty = -c.panic_penalty if panic else 0.0
         baseline = -c.accuracy_weight * static_gain if static_gain is not None else 0.0
         if c.mode == "sparse":
-            end = c.accuracy_weight * objective(next_state, c.param_price) if terminal else 0.0
+            end = c.accuracy_weight * objective(next_state, c.param_price, c.compute_price) if terminal else 0.0
             return RewardBreakdown(terminal=end, panic=penalty, static_baseline=baseline)
         next_potential = 0.0 if terminal else potential(next_state)
         return RewardBreakdown(
             accuracy=c.accuracy_weight * (next_state.val_accuracy - state.val_accuracy),
             parameter_cost=-c.accuracy_weight * c.param_price * (next_state.seed_param_share - state.seed_param_share),
+            compute_cost=-c.accuracy_weight
+            * c.compute_price
+            * (next_state.extra_compute_share - state.extra_compute_share),
             shaping=c.shaping_weight * (c.gamma * next_potential - potential(state)),
             panic=penalty,
             static_baseline=baseline,

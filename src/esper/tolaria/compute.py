@@ -118,14 +118,41 @@ class ComputeMeter:
 
     def reset(self) -> None:
         self.train_flops, self.measure_flops = 0, 0
+        self.start_host_flops = 0
+        """What the episode's start host alone would have spent on the same epochs' samples."""
+        self._start_per_sample: int | None = None
+        self._max_epochs, self._samples_per_epoch = 0, 0
+
+    def start_episode(self, model: MorphogeneticModel, max_epochs: int) -> None:
+        """The episode's start host (no seed yet) and length, against which `extra_train_share`
+        counts what growth spent."""
+        self._start_per_sample = self._training_per_sample(model)
+        self._max_epochs = max_epochs
 
     def add_training_epoch(self, model: MorphogeneticModel, samples: int) -> None:
         """An epoch trained on `samples` samples (counted even when the governor undoes it: the
         compute was spent)."""
+        self.train_flops += self._training_per_sample(model) * samples
+        self._samples_per_epoch = samples
+        if self._start_per_sample is not None:
+            self.start_host_flops += self._start_per_sample * samples
+
+    @property
+    def extra_train_share(self) -> float:
+        """Training FLOPs spent beyond the start host's own on the same epochs, over the start
+        host's whole run (`max_epochs` epochs): 0 for a static host, 0.1 for growth that has
+        cost a tenth of a static run more so far. What a reward's compute price charges."""
+        if not self._start_per_sample or not self._max_epochs or not self.start_host_flops:
+            return 0.0
+        start_run = self._start_per_sample * self._samples_per_epoch * self._max_epochs
+        return (self.train_flops - self.start_host_flops) / start_run
+
+    def _training_per_sample(self, model: MorphogeneticModel) -> int:
         key = ("train", architecture_key(model))
         if key not in self._per_sample:
-            self._per_sample[key] = training_flops_per_sample(model, self.sample)
-        self.train_flops += self._per_sample[key] * samples
+            with torch.random.fork_rng(devices=[]):  # a count draws nothing, and leaves the RNG be
+                self._per_sample[key] = training_flops_per_sample(model, self.sample)
+        return self._per_sample[key]
 
     def add_measurement(self, model: MorphogeneticModel, ablate: Sequence[str]) -> None:
         """One selection measurement with the counterfactual arms of `ablate`, calibration included."""

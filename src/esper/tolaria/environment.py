@@ -200,6 +200,7 @@ class MorphogeneticEnv:
         self._open, self._ended_by_panic, self._started = None, False, time.perf_counter()
         self.passes.cancel_launched_measurement()
         self.compute.reset()
+        self.compute.start_episode(self.model, c.max_epochs)
         val = self._measure()
         self._last_val, self._last_grads = val, {}
         self.keeper.keep(None)
@@ -379,4 +380,5 @@ class MorphogeneticEnv:
             self.config.max_germinations,
             self.seeds.last_germination_epoch,
             healthy=healthy,
+            extra_compute_share=self.compute.extra_train_share,
         )

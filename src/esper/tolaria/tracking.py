@@ -51,6 +51,7 @@ class SignalTracker:
         max_germinations: int,
         last_germination_epoch: int | None,
         healthy: bool = True,
+        extra_compute_share: float = 0.0,
     ) -> TrainingSignals:
         """Signals after `epoch`. An unhealthy epoch (rolled back by the governor) repeats the
         last measurements and changes no history: it is neither progress nor a plateau."""
@@ -80,6 +81,7 @@ class SignalTracker:
             max_germinations=max_germinations,
             epochs_since_germination=since,
             slots=slots,
+            extra_compute_share=extra_compute_share,
         )
 
 
