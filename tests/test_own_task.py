@@ -144,10 +144,11 @@ def one_shape_task(module_folder: Path) -> str:
     "argv",
     [
         ["grow", "--controller", "static"],
+        ["heuristic"],
         ["eval", "--controllers", "static", "--seeds", "0:1", "--workers", "0"],
         ["ppo", "--episodes", "1", "--n-envs", "1"],
     ],
-    ids=["grow", "eval", "ppo"],
+    ids=["grow", "heuristic", "eval", "ppo"],
 )
 def test_a_width_the_host_factory_refuses_is_one_line(argv: list[str], one_shape_task: str, capsys) -> None:
     """It raised inside the first episode, a traceback after the run directory was written."""
@@ -166,3 +167,13 @@ def test_matched_on_a_host_that_cannot_be_sized_is_one_line_and_keeps_the_episod
     assert len(err.splitlines()) == 1 and "cannot be sized by width" in err and "1 episodes run are saved" in err
     rows = [json.loads(line) for line in Path("ev", "episodes.jsonl").read_text().splitlines()]
     assert [r["controller"] for r in rows] == ["schedule:early=conv_light@0"]
+
+
+def test_a_grower_on_a_host_of_one_shape_is_reported_without_a_nearest_width(one_shape_task: str, capsys) -> None:
+    """The nearest static width of a grower is found by building the host at other widths: a task
+    that refuses them still gets its table and eval.json, without that column."""
+    grower = "schedule:early=conv_light@0"
+    argv = ["eval", "--task", one_shape_task, "--controllers", "static", grower, "--seeds", "0:1", "--max-epochs", "1"]
+    assert main([*argv, "--workers", "0", "--quiet", "--run-dir", "ev"]) == 0
+    report = json.loads(Path("ev", "eval.json").read_text())
+    assert report["nearest_static_width"] == {} and len(report["controllers"][grower]["test_accuracy"]) == 1

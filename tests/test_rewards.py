@@ -135,15 +135,23 @@ def test_a_seed_that_does_nothing_never_earns_a_positive_return(path, price, com
 
 
 @settings(max_examples=300, deadline=None)
-@given(trajectories(), st.lists(accuracies, min_size=20, max_size=20), st.floats(0.0, 5.0), st.floats(0.01, 1.0))
-def test_with_a_static_baseline_the_return_is_the_gain_over_the_static_twin(path, twin, price, weight) -> None:
+@given(
+    trajectories(),
+    st.lists(accuracies, min_size=20, max_size=20),
+    st.floats(0.0, 5.0),
+    st.floats(0.0, 20.0),
+    st.floats(0.01, 1.0),
+)
+def test_with_a_static_baseline_the_return_is_the_gain_over_the_static_twin(path, twin, price, compute, weight) -> None:
     """The twin starts where the episode starts (same seed); whatever either does on the way, a
-    dense return with the baseline telescopes to the final objective minus the twin's accuracy."""
+    dense return with the baseline telescopes to the final objective minus the twin's accuracy
+    (the twin spends no extra compute and adds no parameters, so its objective is its accuracy)."""
     static = [path[0].val_accuracy, *twin[: len(path) - 1]]
-    reward = RewardFunction(RewardConfig(param_price=price, accuracy_weight=weight, static_baseline=True), 1.0)
+    config = RewardConfig(param_price=price, compute_price=compute, accuracy_weight=weight, static_baseline=True)
+    reward = RewardFunction(config, 1.0)
     n = len(path) - 1
     total = sum(reward(path[t], path[t + 1], t == n - 1, False, static[t + 1] - static[t]).total for t in range(n))
-    assert math.isclose(total, weight * (objective(path[-1], price) - static[-1]), rel_tol=1e-9, abs_tol=1e-9)
+    assert math.isclose(total, weight * (objective_of(path[-1], reward) - static[-1]), rel_tol=1e-9, abs_tol=1e-9)
 
 
 def test_the_static_gain_is_given_exactly_when_the_reward_has_a_static_baseline() -> None:

@@ -154,13 +154,17 @@ def progress_bar(total: int, unit: str, quiet: bool) -> tqdm:
 def check_host_builds(task: TaskSpec, width: int | None) -> None:
     """The task's host factory accepts `width` (None: the task's own). An own task whose host
     has one shape, or a width it refuses, raised inside the first episode as a traceback, after
-    the run directory was written; its ValueError or TypeError is a one-line error here instead."""
+    the run directory was written; its ValueError or TypeError is a one-line error here instead.
+    The host is built on the CPU as the env builds it (on the meta device a host that reads a
+    tensor's values while it is built would fail here and nowhere else), the global RNG left be."""
     try:
-        with torch.device("meta"):  # shapes only: no memory, no draw from the global RNG
+        with torch.random.fork_rng(devices=[]):
             task.build_host(width)
     except (TypeError, ValueError) as exc:
         shown = task.host_width if width is None else width
-        raise UsageError(f"--task {task.name}: its host at width {shown} cannot be built: {exc}") from None
+        raise UsageError(
+            f"--task {task.name}: its host factory raised at width {shown}: {type(exc).__name__}: {exc}"
+        ) from exc
 
 
 def resolve_slots(task: TaskSpec, names: Sequence[str] | None) -> tuple[str, ...]:

@@ -722,19 +722,22 @@ def sized_widths(run: EvalRun, results: list[dict[str, Any]]) -> dict[str, int]:
     rows = [r for r in results if r["controller"] in growing]
     kinds = {s.kind for s in run.controllers}
     widths: dict[str, int] = {}
-    try:
+    target_params = round(statistics.fmean(r["host_params"] + r["seed_params"] for r in rows))
+    target_gflops = statistics.fmean(r["train_gflops"] for r in rows)
+    data = None
+    if "compute" in kinds:
+        data = _task_data(run.task.name, tuple(sorted(run.host_knobs.items())), run.data_dir)
+    try:  # these build the task's host at other widths
         if "matched" in kinds:
-            widths["matched"] = width_for_mean_size(run.task, rows)
-        if "compute" in kinds:
-            data = _task_data(run.task.name, tuple(sorted(run.host_knobs.items())), run.data_dir)
-            target = statistics.fmean(r["train_gflops"] for r in rows)
-            widths["compute"] = width_for_train_gflops(run.task, data, run.env.max_epochs, target)
+            widths["matched"] = run.task.width_for_params(target_params)
+        if data is not None:
+            widths["compute"] = width_for_train_gflops(run.task, data, run.env.max_epochs, target_gflops)
     except (TypeError, ValueError) as exc:  # an own task's host factory refused a width
         sized = " and ".join(sorted(kinds & set(SIZED_STATICS)))
         raise RunFailure(
             f"--controllers {sized}: task {run.task.name}'s host cannot be sized by width ({exc}); the "
             f"{len(results)} episodes run are saved in {run.run_dir / EPISODES_FILE}"
-        ) from None
+        ) from exc
     return widths
 
 
@@ -765,12 +768,15 @@ def comparison(run: EvalRun, results: list[dict[str, Any]], widths: dict[str, in
 def nearest_static_widths(run: EvalRun, results: list[dict[str, Any]]) -> dict[str, int]:
     """Per growing controller, the static width nearest its own mean final parameter count.
     `matched` is one host sized on all the growers' mean: a grower that ends larger than the
-    others is paired with a host smaller than itself, and the table says so."""
-    return {
-        s.name: width_for_mean_size(run.task, [r for r in results if r["controller"] == s.name])
-        for s in run.controllers
-        if s.grows
-    }
+    others is paired with a host smaller than itself, and the table says so. An own task whose
+    host factory refuses other widths (one shape) has none."""
+    widths = {}
+    for spec in (s for s in run.controllers if s.grows):
+        try:
+            widths[spec.name] = width_for_mean_size(run.task, [r for r in results if r["controller"] == spec.name])
+        except (TypeError, ValueError):
+            return {}
+    return widths
 
 
 def policy_diagnostics(rows: list[dict[str, Any]]) -> dict[str, object]:

@@ -219,6 +219,7 @@ class MorphogeneticEnvs:
                 "charts/final_test_accuracy": sum(test_accuracy) / n,
                 "charts/final_val_accuracy": sum(s.val_accuracy for s in self.signals) / n,
                 "charts/seed_param_share": sum(s.seed_param_share for s in self.signals) / n,
+                "charts/extra_compute_share": sum(s.extra_compute_share for s in self.signals) / n,
                 "charts/seeds_germinated": sum(s.seeds_germinated for s in self.signals) / n,
                 "charts/fossilized_seeds": sum(_fossilized(env) for env in self.envs) / n,
                 "charts/panics": float(self.panics),

@@ -24,7 +24,7 @@ Two modes behind one interface (`RewardFunction`), configured by `RewardConfig`:
     seed is paid for exactly once, and only for as long as it stays.
   - compute cost: `-accuracy_weight x compute_price` x the change in the extra compute share:
     each epoch pays for the FLOPs its seeds and widened layers cost, and nothing is refunded.
-  Both are differences of J, so over an episode they telescope to
+  All three are differences of J, so over an episode they telescope to
   `accuracy_weight x (J_end - J_start)`: the undiscounted return ranks episodes exactly as the
   objective does, a seed that changes no accuracy never earns a positive return, and nothing is
   paid twice (there is no separate bonus for fossilizing or penalty for culling: the accuracy
@@ -83,7 +83,7 @@ class RewardConfig:
     gamma: float = 1.0
     """Discount of the shaping term; must equal the PPO gamma."""
     accuracy_weight: float = 0.1
-    """Reward per point of the objective (selection accuracy, minus the parameter price)."""
+    """Reward per point of the objective (selection accuracy, minus the parameter and compute prices)."""
     param_price: float = 1.0
     """Points of selection accuracy that added parameters as many as the host's own must buy."""
     compute_price: float = 0.0

@@ -6,7 +6,8 @@ matrix products and convolutions of a pass (forward and backward), from their sh
 work (normalisation, activations, the optimizer) is not counted. Each epoch's network is counted
 once, on one sample, and multiplied by the samples it trained on: every count is linear in the
 batch. The counting pass runs on a copy of the model, so the model's BatchNorm statistics,
-gradients and RNG are untouched, and it is the architecture as trained that epoch (a seed in
+gradients and CPU RNG are untouched (a host that draws in its forward, with dropout, draws from
+a forked generator), and it is the architecture as trained that epoch (a seed in
 TRAINING computes and is counted; its output does not reach the host's). Training (forward and
 backward of host and seeds) and measurement (the calibration and selection passes with every
 counterfactual arm) are counted apart.
@@ -121,7 +122,9 @@ class ComputeMeter:
         self.start_host_flops = 0
         """What the episode's start host alone would have spent on the same epochs' samples."""
         self._start_per_sample: int | None = None
-        self._max_epochs, self._samples_per_epoch = 0, 0
+        self._max_epochs = 0
+        self._start_run_flops = 0
+        """The start host's whole run, fixed by the first epoch's samples (every epoch's are the same)."""
 
     def start_episode(self, model: MorphogeneticModel, max_epochs: int) -> None:
         """The episode's start host (no seed yet) and length, against which `extra_train_share`
@@ -133,24 +136,24 @@ class ComputeMeter:
         """An epoch trained on `samples` samples (counted even when the governor undoes it: the
         compute was spent)."""
         self.train_flops += self._training_per_sample(model) * samples
-        self._samples_per_epoch = samples
         if self._start_per_sample is not None:
             self.start_host_flops += self._start_per_sample * samples
+            if not self._start_run_flops:
+                self._start_run_flops = self._start_per_sample * samples * self._max_epochs
 
     @property
     def extra_train_share(self) -> float:
         """Training FLOPs spent beyond the start host's own on the same epochs, over the start
         host's whole run (`max_epochs` epochs): 0 for a static host, 0.1 for growth that has
         cost a tenth of a static run more so far. What a reward's compute price charges."""
-        if not self._start_per_sample or not self._max_epochs or not self.start_host_flops:
+        if not self._start_run_flops:
             return 0.0
-        start_run = self._start_per_sample * self._samples_per_epoch * self._max_epochs
-        return (self.train_flops - self.start_host_flops) / start_run
+        return (self.train_flops - self.start_host_flops) / self._start_run_flops
 
     def _training_per_sample(self, model: MorphogeneticModel) -> int:
         key = ("train", architecture_key(model))
         if key not in self._per_sample:
-            with torch.random.fork_rng(devices=[]):  # a count draws nothing, and leaves the RNG be
+            with torch.random.fork_rng(devices=[]):  # a host that draws (dropout) leaves the CPU RNG be
                 self._per_sample[key] = training_flops_per_sample(model, self.sample)
         return self._per_sample[key]
 
