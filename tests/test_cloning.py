@@ -471,15 +471,18 @@ class AsPolicy(Recording):
 
 
 @pytest.mark.slow
-def test_sign_culls_culls_the_harmful_probationary_seeds_of_a_real_episode() -> None:
+def test_sign_culls_culls_the_harmful_probationary_seeds_of_a_real_episode(workdir: Path) -> None:
     """In a recorded episode, every step at which a probationary seed's contribution is <= 0 is a
     CULL of it, which the policy's masks allow (`demonstrate` checks), and the steps with only
-    helpful seeds on probation keep them; the inner controller decided at every step."""
+    helpful seeds on probation keep them; the inner controller decided at every step. One torch
+    thread (`workdir`): a CPU episode's numbers depend on the thread count, and seed 0's had no
+    harmful seed with one thread (the count earlier tests left decided it); seed 3 has both
+    kinds with one thread and with two."""
     env = make_env(max_epochs=10, thresholds=ACCURACY_READING)
     spaces = PolicySpaces.derive(Topology.CNN, SLOTS)
     inner = AsPolicy(eager_heuristic(env))
     outer = Recording(SignCulls(inner))  # type: ignore[arg-type]
-    demo = demonstrate(env, outer, spaces, RewardFunction(RewardConfig(), 1.0), rng_seed=0, episode=0)
+    demo = demonstrate(env, outer, spaces, RewardFunction(RewardConfig(), 1.0), rng_seed=3, episode=0)
     assert len(inner.seen) == len(outer.seen) == demo.actions.shape[0]
     harmful_steps = helpful_steps = 0
     for state, decision in outer.seen:
