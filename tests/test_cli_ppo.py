@@ -135,6 +135,7 @@ def test_resume_from_an_older_round_refuses_to_overwrite_later_checkpoints(
         (["--gates.blend_epochs", "0"], ("blend_epochs must be >= 1", "0")),
         (["--gates.keep_reading", "fresh"], ("keep_reading 'fresh': choose from accuracy loss",)),
         (["--reward.gamma", "0.9"], ("shaping gamma (0.9) must equal the PPO gamma (1.0)",)),
+        (["--reward.compute_price", "-1"], ("compute_price must be >= 0, got -1.0",)),
         (["--episodes", "0"], ("--episodes must be >= 1, got 0",)),
         (["--save-every", "0"], ("--save-every must be >= 1, got 0",)),
         (["--task", "imagenet"], ("unknown task 'imagenet'",)),

@@ -722,14 +722,13 @@ def sized_widths(run: EvalRun, results: list[dict[str, Any]]) -> dict[str, int]:
     rows = [r for r in results if r["controller"] in growing]
     kinds = {s.kind for s in run.controllers}
     widths: dict[str, int] = {}
-    target_params = round(statistics.fmean(r["host_params"] + r["seed_params"] for r in rows))
-    target_gflops = statistics.fmean(r["train_gflops"] for r in rows)
-    data = None
+    data, target_gflops = None, 0.0
     if "compute" in kinds:
         data = _task_data(run.task.name, tuple(sorted(run.host_knobs.items())), run.data_dir)
+        target_gflops = statistics.fmean(r["train_gflops"] for r in rows)
     try:  # these build the task's host at other widths
         if "matched" in kinds:
-            widths["matched"] = run.task.width_for_params(target_params)
+            widths["matched"] = width_for_mean_size(run.task, rows)
         if data is not None:
             widths["compute"] = width_for_train_gflops(run.task, data, run.env.max_epochs, target_gflops)
     except (TypeError, ValueError) as exc:  # an own task's host factory refused a width
