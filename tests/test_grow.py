@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import tiny_shapes_task
+from conftest import load_benchmark, tiny_shapes_task
 from esper.runs.eval_run import parse_controller
 from esper.scripts.cli import main
 from esper.simic import CheckpointError, PolicyController
@@ -123,6 +123,32 @@ def test_a_policy_file_acts_as_its_checkpoint_does_at_a_third_of_the_size(
     assert decisions_of(shipped) == decisions_of(full)
     with pytest.raises(CheckpointError, match=r"learner\.optimizer"):
         read_checkpoint(cut)
+
+
+def test_ship_policy_writes_a_candidate_elsewhere_and_never_replaces_it(
+    policy_checkpoint: Path,  # noqa: F811
+    tmp_path: Path,
+    capsys,
+) -> None:
+    """A recorded candidate goes to an experiment's folder, not among the shipped policies;
+    there a second candidate of the same name is refused (exit 2), and the first is unchanged."""
+    ship_policy = load_benchmark("ship_policy", Path(__file__).parents[1] / "tools")
+    out = tmp_path / "policies"
+    argv = [str(policy_checkpoint), "--name", "candidate", "--command", "esper ppo --seed 5", "--out-dir", str(out)]
+    shipped_before = sorted(trained.TRAINED_DIR.iterdir())
+    assert ship_policy.main(argv) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["candidate.json", "candidate.pt"]
+    assert sorted(trained.TRAINED_DIR.iterdir()) == shipped_before
+    record = json.loads((out / "candidate.json").read_text())
+    assert record["command"] == "esper ppo --seed 5" and record["training_seeds"] == "5..6"
+    assert PolicyController.from_checkpoint(out / "candidate.pt").training_seeds == (5, 6)
+    written = (out / "candidate.pt").read_bytes(), (out / "candidate.json").read_text()
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+        ship_policy.main([*argv[:-4], "--command", "another", "--out-dir", str(out)])
+    assert exit_info.value.code == 2
+    assert "candidate.pt" in capsys.readouterr().err
+    assert ((out / "candidate.pt").read_bytes(), (out / "candidate.json").read_text()) == written
 
 
 def test_a_grow_run_defaults_to_a_run_directory_named_after_the_command(tiny_shapes, workdir: Path) -> None:
