@@ -41,3 +41,12 @@ def test_the_task_is_shapes_with_the_schedules_final_shape_and_refuses_other_wid
     assert host(torch.randn(2, 3, 16, 16)).shape == (2, 10)
     with pytest.raises(ValueError, match="width 10 is not its own"):
         task.build_host(10)
+
+
+def test_the_v24p_shape_task_has_its_26126_parameters_and_refuses_other_widths() -> None:
+    task = shaped.shapes_12_24_32()
+    host = task.build_host()
+    assert sum(p.numel() for p in host.parameters()) == 26_126  # the schedule's and v24p's kept shape
+    assert host.slot_dims == (12, 24, 32)
+    with pytest.raises(ValueError, match=r"shapes_12_24_32 has one shape, blocks \(12, 24, 32\); width 9"):
+        task.build_host(9)

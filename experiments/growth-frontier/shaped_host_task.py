@@ -10,6 +10,9 @@ with that host: the literature's "static network of the same final architecture"
     PYTHONPATH=experiments/growth-frontier esper eval --task shaped_host_task:shapes_12_16_40 \
         --controllers static --seeds 150:160 --workers 1
 
+`shapes_12_24_32` is the same for the shape recipe v24p keeps (blocks 12, 24, 32; 26,126
+parameters), which `schedule:early=widen_50@12,mid=widen_50@16` grows.
+
 Only the static controller makes sense here: the host's slots keep their names, but the task's
 width knobs (`--host.width`, `matched`, `compute`) do not describe this shape. Building the host
 at another width raises a ValueError naming it, which `esper` shows as a one-line error.
@@ -18,11 +21,13 @@ at another width raises a ValueError naming it, which `esper` shows as a one-lin
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 from esper.kasmina.hosts import CNN_POOLED_BLOCKS, ClassifierHead, ConvBlock, Host, Topology
 from esper.tolaria import TaskSpec, get_task
 
 GROWN_BLOCK_WIDTHS = (12, 16, 40)
+V24P_BLOCK_WIDTHS = (12, 24, 32)
 
 
 class ShapedCNNHost(Host):
@@ -38,12 +43,22 @@ class ShapedCNNHost(Host):
         super().__init__([*blocks, ClassifierHead(c_in, num_classes)], list(block_widths))
 
 
-def _grown_shape_host(width: int) -> ShapedCNNHost:
+def _grown_shape_host(block_widths: tuple[int, ...], width: int) -> ShapedCNNHost:
     default = get_task("shapes").host_width
     if width != default:
-        raise ValueError(f"shapes_12_16_40 has one shape, blocks {GROWN_BLOCK_WIDTHS}; width {width} is not its own")
-    return ShapedCNNHost(GROWN_BLOCK_WIDTHS)
+        name = "shapes_" + "_".join(map(str, block_widths))
+        raise ValueError(f"{name} has one shape, blocks {block_widths}; width {width} is not its own")
+    return ShapedCNNHost(block_widths)
+
+
+def shaped_task(block_widths: tuple[int, ...]) -> TaskSpec:
+    """`shapes` whose host has these block widths (a partial, so eval's workers can pickle it)."""
+    return dataclasses.replace(get_task("shapes"), make_host=functools.partial(_grown_shape_host, block_widths))
 
 
 def shapes_12_16_40() -> TaskSpec:
-    return dataclasses.replace(get_task("shapes"), make_host=_grown_shape_host)
+    return shaped_task(GROWN_BLOCK_WIDTHS)
+
+
+def shapes_12_24_32() -> TaskSpec:
+    return shaped_task(V24P_BLOCK_WIDTHS)
