@@ -11,6 +11,7 @@ from types import ModuleType
 
 import pytest
 import torch
+from hypothesis import settings
 
 from esper.kasmina import CNNHost, TransformerHost
 from esper.leyline import Decision, GateThresholds, LifecycleOp, SeedStage, TrainingSignals
@@ -18,6 +19,11 @@ from esper.tolaria import DATA_DIR_ENV, EnvConfig, MorphogeneticEnv, TaskSpec, g
 from esper.tolaria.datasets import ImageData, TokenData, load_shapes, pydoc_topics_bytes, split_tokens
 from esper.tolaria.passes import VALIDATION_BATCH_SIZE
 from esper.tolaria.training import validate
+
+# No per-example deadline: these properties are about values, not time, and a loaded two-core
+# machine once took 277 ms over a 0.2 ms example (a learning-rate schedule), failing the run.
+settings.register_profile("esper", deadline=None)
+settings.load_profile("esper")
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
@@ -150,18 +156,25 @@ def text_task() -> TaskSpec:
     return tiny_text_task()
 
 
+@pytest.fixture(autouse=True)
+def one_torch_thread() -> Iterator[None]:
+    """Every test starts on one torch thread and leaves the count as it found it. Float sums
+    depend on the thread count, and `esper` commands set it (`--threads`) for the process: two
+    exact-equality tests passed or failed by which test had run before them."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture
 def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """Run from an empty folder (so a default `runs/` would show up), with no data-dir env and
-    one torch thread (the machine is shared)."""
+    """Run from an empty folder (so a default `runs/` would show up), with no data-dir env."""
     cwd = tmp_path / "cwd"
     cwd.mkdir()
     monkeypatch.chdir(cwd)
     monkeypatch.delenv(DATA_DIR_ENV, raising=False)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
     yield cwd
-    torch.set_num_threads(threads)
 
 
 def tree(root: Path) -> dict[str, bytes]:

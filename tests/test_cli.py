@@ -77,6 +77,14 @@ BAD_INPUTS = {
         ["--blueprints", "conv_light", "widen_25", "--host.width", "1"],
         ["--blueprints widen_25", "slot 'early'", "less than one unit"],
     ),
+    "heuristic slots knob outside the run's slots": (
+        ["--slots", "early", "mid", "--heuristic.slots", "[mid, late]"],
+        ["--heuristic.slots", "'late'", "enabled: early mid"],
+    ),
+    "heuristic slots knob outside the run's slots, for the policy's teacher": (
+        ["--slots", "early", "--heuristic.slots", "[mid]"],
+        ["--heuristic.slots", "'mid'", "enabled: early"],
+    ),
     "malformed device": (["--device", "gpu0"], ["'gpu0'", "cpu"]),
     "zero episodes": (["--episodes", "0"], ["--episodes", "0"]),
     "zero max epochs": (["--max-epochs", "0"], ["--max-epochs", "0"]),

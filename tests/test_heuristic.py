@@ -75,6 +75,17 @@ def test_germinates_into_first_empty_enabled_slot_in_host_order() -> None:
     assert c.decide(signals([disabled, slot("mid"), slot("late")])).slot == "mid"
 
 
+def test_a_slots_knob_narrows_where_it_germinates_and_nothing_else() -> None:
+    """`slots` narrows this heuristic's germinations; it still judges seeds in every slot."""
+    c = controller(slots=("mid",))
+    assert decide_and_execute(c, signals([slot(n) for n in SLOTS])).slot == "mid"
+    busy = [slot("early"), slot("mid", SeedStage.TRAINING), slot("late")]
+    assert c.decide(signals(busy)).op is LifecycleOp.WAIT
+    harmful = [slot("early", SeedStage.PROBATIONARY, contribution=-2.0), slot("mid", SeedStage.TRAINING), slot("late")]
+    assert (c.decide(signals(harmful)).op, c.decide(signals(harmful)).slot) == (LifecycleOp.CULL, "early")
+    assert HeuristicConfig().with_knobs({"slots": ["early", "mid"]}).slots == ("early", "mid")
+
+
 def test_respects_warmup_plateau_cooldown_and_budget() -> None:
     c = controller(warmup_epochs=3, plateau_patience=2, germination_cooldown=3)
     empty = [slot(n) for n in SLOTS]

@@ -10,7 +10,7 @@ import shutil
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from tqdm import tqdm
@@ -33,6 +33,9 @@ from esper.tolaria import (
     use_deterministic_kernels,
 )
 from esper.tolaria.datasets import TaskData
+
+if TYPE_CHECKING:
+    from esper.tamiyo import HeuristicConfig
 
 
 class UsageError(Exception):
@@ -62,6 +65,13 @@ def torch_build() -> dict[str, str]:
 
 MAX_RNG_SEED = 2**63 - 1
 """Seeds are torch generator seeds: below 2**63."""
+
+
+def check_heuristic_slots(knobs: HeuristicConfig, slots: Sequence[str], where: str = "--heuristic.slots") -> None:
+    """The heuristic's `slots` knob names slots the run enables."""
+    for name in knobs.slots:
+        if name not in slots:
+            raise UsageError(f"{where}: {name!r} is not a slot this run enables; enabled: {' '.join(slots)}")
 
 
 def check_minimum(name: str, value: int, minimum: int) -> None:

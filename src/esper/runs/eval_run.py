@@ -49,6 +49,7 @@ from esper.runs.common import (
     UsageError,
     apply_deterministic,
     check_blueprints_fit,
+    check_heuristic_slots,
     check_host_builds,
     check_minimum,
     check_run_dir,
@@ -374,15 +375,18 @@ def check_heuristic_fits(
     host_width: int | None,
     slots: Sequence[str],
 ) -> None:
-    """For a heuristic controller without `--blueprints`, a width blueprint its order names is its
-    to choose (`heuristic_rotation`): each must fit every enabled slot (`--blueprints` was checked
-    itself; other controllers never read the order)."""
-    if spec.kind != "heuristic" or blueprints is not None:
+    """A heuristic controller's `slots` knob names enabled slots. Without `--blueprints`, a width
+    blueprint its order names is its to choose (`heuristic_rotation`): each must fit every slot it
+    may grow in (`--blueprints` was checked itself; other controllers never read the order)."""
+    if spec.kind != "heuristic":
         return
     knobs = heuristic_knobs(spec, run_knobs)
+    check_heuristic_slots(knobs, slots, f"heuristic:{spec.path} slots" if spec.path else "--heuristic.slots")
+    if blueprints is not None:
+        return
     where = f"heuristic:{spec.path} blueprint_order" if spec.path else "--heuristic.blueprint_order"
     for name in heuristic_rotation(task.topology, knobs.blueprint_order, None):
-        check_blueprints_fit(task, host_width, slots, [name], f"{where} {name}")
+        check_blueprints_fit(task, host_width, knobs.slots or slots, [name], f"{where} {name}")
 
 
 def heuristic_from_file(path: str, defaults: HeuristicConfig) -> HeuristicConfig:

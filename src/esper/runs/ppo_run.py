@@ -33,6 +33,7 @@ from esper.runs.common import (
     a_run_of,
     apply_deterministic,
     check_blueprints_fit,
+    check_heuristic_slots,
     check_host_builds,
     check_minimum,
     check_run_dir,
@@ -173,6 +174,7 @@ def resolve_ppo(args: argparse.Namespace, rest: Sequence[str] = (), ctx: DistCon
     amp = resolve_amp(settings["amp"], devices)
     check_host_builds(task, knobs["host"].width)
     slots = resolve_slots(task, settings["slots"])
+    check_heuristic_slots(knobs["heuristic"], slots)  # the cloning teacher's
     blueprints = policy_blueprints(task, settings["blueprints"])
     check_blueprints_fit(task, knobs["host"].width, slots, blueprints)
     config = trainer_config(settings, knobs)

@@ -67,6 +67,9 @@ class HeuristicConfig:
     blueprint_order: tuple[str, ...] = ()
     """Each slot's blueprint rotation, first choice first; empty: the topology's preferred order
     (most parameters first)."""
+    slots: tuple[str, ...] = ()
+    """Slots it may germinate in, of the run's enabled ones; empty: every enabled slot. Narrows
+    this heuristic alone: other controllers of the run keep the run's `--slots`."""
 
     def with_knobs(self, knobs: dict[str, Any]) -> HeuristicConfig:
         """These knobs with some replaced by plain values, as a file or JSON holds them (the
@@ -81,8 +84,9 @@ class HeuristicConfig:
             if values["schedule"] not in BlendSchedule.__members__:
                 raise ValueError(f"unknown blend schedule {values['schedule']!r}; choose from: {names}")
             values["schedule"] = BlendSchedule[values["schedule"]]
-        if "blueprint_order" in values:
-            values["blueprint_order"] = tuple(values["blueprint_order"])
+        for name in ("blueprint_order", "slots"):
+            if name in values:
+                values[name] = tuple(values[name])
         return replace(self, **values)
 
 
@@ -111,7 +115,8 @@ class HeuristicController:
     1. fossilize the first probationary seed whose contribution clears `fossilize_threshold`;
     2. cull the first probationary seed whose contribution is below `cull_threshold`, the first
        blending seed below `blending_cull_threshold`, or any live seed whose gradients explode;
-    3. germinate into the first empty enabled slot (host order) when the run has plateaued,
+    3. germinate into the first empty enabled slot (host order; of its `slots` knob, if set)
+       when the run has plateaued,
        past warm-up and cooldown, within the seed budget, and with enough epochs left for a
        seed to be trained, blended and judged (the gates' dwell times). Each slot rotates
        through the blueprints on its own, starting with the largest; the blueprint is the next
@@ -178,7 +183,7 @@ class HeuristicController:
             and signals.epochs_since_germination >= c.germination_cooldown
             and signals.seeds_germinated < signals.max_germinations
         )
-        empty = [s for s in slots if s.stage is SeedStage.DORMANT]
+        empty = [s for s in slots if s.stage is SeedStage.DORMANT and (not c.slots or s.name in c.slots)]
         if ready and empty:
             slot = empty[0].name
             blueprint = self._choose_blueprint(slot)
