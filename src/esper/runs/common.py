@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import shutil
 import sys
 from collections.abc import Callable, Sequence
@@ -60,7 +61,28 @@ def torch_build() -> dict[str, str]:
     rounding of vectorised kernels, `torch.randn` among them (its AVX2 and plain kernels give
     values that differ in their last bits), so even the embedded `shapes` images can differ in
     their last bits between machines."""
-    return {"torch": torch.__version__, "cpu_capability": torch.backends.cpu.get_cpu_capability()}
+    capability = torch.backends.cpu.get_cpu_capability()
+    return {"torch": torch.__version__, "cpu_capability": capability, "cpu": cpu_identity()}
+
+
+KERNEL_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16")
+"""CPU extensions that change which kernels oneDNN and torch pick, and so their rounding."""
+
+
+def cpu_identity(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """The CPU's model name and its kernel-relevant extensions (`KERNEL_FLAGS`). Two machines of
+    one `cpu_capability` can still round apart: a held width-10 `shapes` episode recorded on an
+    "AVX512" machine (test 73.78%) ran again on another "AVX512" machine, with AMX, at the same
+    commit gave 74.27%. Where /proc/cpuinfo is missing, the platform's processor string."""
+    try:
+        text = cpuinfo.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return platform.processor() or platform.machine()
+    fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+    fields = {key.strip(): value.strip() for key, value in fields.items()}
+    flags = set(fields.get("flags", "").split())
+    present = " ".join(flag for flag in KERNEL_FLAGS if flag in flags)
+    return f"{fields.get('model name', platform.machine())} [{present}]"
 
 
 MAX_RNG_SEED = 2**63 - 1
