@@ -128,6 +128,7 @@ def test_committed_records_pair_with_a_run_directory_on_a_subset_of_seeds(tmp_pa
     # seed 1: 71 - 74, seed 2: 71 - 70
     assert record["paired"][0]["a_minus_b_test_accuracy"]["mean"] == pytest.approx(-1.0)
     assert [(e["arm"], e["seed"]) for e in episodes][:2] == [("new", 1), ("new", 2)]
+    assert {e["arm"] for e in episodes} == {"new", "eval_held", "script_held"}  # renamed, as the record
     with pytest.raises(collect.CollectError, match="for 3 seeds"):
         collect.collect(arms, [], {}, seeds=(1, 2, 3))  # the held runs lack seed 3
     with pytest.raises(collect.CollectError, match="no arm 'other'"):

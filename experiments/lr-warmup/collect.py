@@ -69,6 +69,10 @@ def read_arm(source: Path, controller: str, seeds: tuple[int, ...] | None = None
     return {**record, "seeds": sorted(wanted)}, provenance, [by_seed[seed] for seed in sorted(wanted)]
 
 
+def without_arm(row: dict) -> dict:
+    return {key: value for key, value in row.items() if key != "arm"}
+
+
 def read_rows(path: Path, key: str, value: str) -> list[dict]:
     rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
     return [row for row in rows if row.get(key) == value]
@@ -138,7 +142,8 @@ def collect(
             }
         )
     record = {key: reference[key] for key in MUST_AGREE} | {"arms": summary, "paired": paired}
-    episodes = [{"arm": name, **row} for name, rows in by_arm.items() for row in rows]
+    # an arm held in a record of this script brings its old arm name: the new one replaces it
+    episodes = [{"arm": name, **without_arm(row)} for name, rows in by_arm.items() for row in rows]
     return record, episodes
 
 
