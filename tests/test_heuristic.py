@@ -12,6 +12,7 @@ from conftest import make_env, training_signals
 from esper.kasmina import Topology
 from esper.kasmina.lifecycle import StageChange
 from esper.leyline import BlendSchedule, Decision, GateThresholds, LifecycleOp, SeedStage, SlotSignals, TrainingSignals
+from esper.runs.common import UsageError, check_same_run
 from esper.tamiyo import PREFERRED_BLUEPRINTS, HeuristicConfig, HeuristicController
 from esper.tolaria.episode import run_episode
 
@@ -84,6 +85,16 @@ def test_a_slots_knob_narrows_where_it_germinates_and_nothing_else() -> None:
     harmful = [slot("early", SeedStage.PROBATIONARY, contribution=-2.0), slot("mid", SeedStage.TRAINING), slot("late")]
     assert (c.decide(signals(harmful)).op, c.decide(signals(harmful)).slot) == (LifecycleOp.CULL, "early")
     assert HeuristicConfig().with_knobs({"slots": ["early", "mid"]}).slots == ("early", "mid")
+
+
+def test_a_run_recorded_before_the_slots_knob_resumes_and_one_with_slots_does_not(tmp_path: Path) -> None:
+    config = {"settings": {"task": "shapes"}, "knobs": {"heuristic": {"warmup_epochs": 2, "slots": []}}}
+    before = {"settings": {"task": "shapes"}, "knobs": {"heuristic": {"warmup_epochs": 2}}}
+    (tmp_path / "config.json").write_text(json.dumps(before))
+    assert check_same_run(tmp_path, config, frozenset())
+    narrowed = {**config, "knobs": {"heuristic": {"warmup_epochs": 2, "slots": ["mid"]}}}
+    with pytest.raises(UsageError, match=r"heuristic.slots: \[\] -> \['mid'\]"):
+        check_same_run(tmp_path, narrowed, frozenset())
 
 
 def test_respects_warmup_plateau_cooldown_and_budget() -> None:
