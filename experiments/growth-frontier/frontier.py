@@ -62,7 +62,7 @@ from esper.karn import estimate, paired_difference, write_json_atomic
 from esper.karn.rundir import read_jsonl
 from esper.kasmina import Topology
 from esper.leyline import GateThresholds
-from esper.runs.common import UsageError, torch_build
+from esper.runs.common import UsageError, legacy_knobs, torch_build
 from esper.runs.config import HostTraining, jsonable, read_config_file
 from esper.runs.eval_run import ControllerSpec, EpisodeJob, naive_schedule, parse_seeds, run_one
 from esper.runs.grow_run import DEFAULT_MAX_GERMINATIONS
@@ -222,6 +222,14 @@ def row_of(arm: Arm, result: dict[str, Any], version: str, heuristic: HeuristicC
     }
 
 
+def held_knobs(row: dict[str, Any]) -> dict[str, Any] | None:
+    """A held episode's heuristic knobs as it ran: a knob added since, absent from the row, at the
+    value such a run had (`legacy_knobs`)."""
+    if row.get("heuristic") is None:
+        return None
+    return legacy_knobs({"heuristic": row["heuristic"]})["heuristic"]
+
+
 def check_held_arms(task: TaskSpec, rows: list[dict[str, Any]], arms: list[Arm], log: Path) -> None:
     """Held episodes of a heuristic arm must have run with the knobs it runs with today, and those
     of a policy arm with the policy it loads today; a `UsageError` otherwise (the frontier would
@@ -230,7 +238,7 @@ def check_held_arms(task: TaskSpec, rows: list[dict[str, Any]], arms: list[Arm],
         knobs = arm_heuristic(task, name)
         if knobs is not None:
             today = jsonable(knobs)
-            other = [r for r in rows if r["arm"] == name and r.get("heuristic") != today]
+            other = [r for r in rows if r["arm"] == name and held_knobs(r) != today]
             if other:
                 raise UsageError(
                     f"{len(other)} held episodes of arm {name!r} in {log} ran with other heuristic knobs than "
