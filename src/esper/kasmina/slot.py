@@ -10,7 +10,7 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-from esper.kasmina.blueprints import Topology, WidthBlueprint, get_blueprint
+from esper.kasmina.blueprints import BLUEPRINTS, WIDTH_BLUEPRINTS, Topology, WidthBlueprint, get_blueprint
 from esper.kasmina.isolation import straight_through
 from esper.kasmina.lifecycle import GateInputs, SlotLifecycle, StageChange
 from esper.kasmina.width import Inflow, WidthSite, fitted
@@ -171,6 +171,18 @@ class SeedSlot(nn.Module):
         if isinstance(bp, WidthBlueprint):
             return bp.param_count(self._width_site_for(bp))
         return bp.param_count(self.dim)
+
+    def accepted_blueprints(self) -> tuple[str, ...]:
+        """Every blueprint, residual then width, a seed in this slot could be built from now."""
+        names = (*BLUEPRINTS[self.topology], *WIDTH_BLUEPRINTS[self.topology])
+        accepted = []
+        for name in names:
+            try:
+                self.seed_param_count(name)
+            except ValueError:
+                continue
+            accepted.append(name)
+        return tuple(accepted)
 
     def _width_site_for(self, bp: WidthBlueprint) -> WidthSite:
         """This slot's layer pair, checked to take `bp`."""

@@ -48,7 +48,9 @@ class GateThresholds:
     gradient norm); none reads telemetry.
 
     G0 germinate       DORMANT -> GERMINATED   slot empty; blueprint valid for the host (checked by
-                                              the model, which owns the blueprints).
+                                              the model, which owns the blueprints); within the
+                                              seed budget and the `compute_budget` (checked by
+                                              the env, which owns both).
     G1 start training  GERMINATED -> TRAINING  seed parameters are finite; checked right after G0, so
                                               no epoch is spent untrained.
     G2 start blending  TRAINING -> BLENDING    at least `min_training_epochs` in TRAINING and the
@@ -112,6 +114,13 @@ class GateThresholds:
     selection accuracy [+0.21, +3.35] over 20 paired seeds, culling fewer of its seeds
     (experiments/keep-cull-reading)."""
 
+    compute_budget: float | None = None
+    """Most training FLOPs an episode may spend, in runs of its start host (1.5 lets growth add
+    half a static run's compute); None: no limit. G0 refuses a germination that, projected to
+    the episode's last epoch with the new seed and every live seed blended in, would exceed it
+    (`ComputeMeter.projected_train_share`), so a run ends within it whatever its seeds do. A
+    controller reads the verdict as `SlotSignals.affordable_blueprints`."""
+
     def __post_init__(self) -> None:
         names = ("min_training_epochs", "blend_epochs", "min_probation_epochs", "embargo_epochs")
         for name in (*names, "width_training_epochs", "width_blend_epochs"):
@@ -125,6 +134,10 @@ class GateThresholds:
             raise ValueError("max_training_epochs must be >= width_training_epochs")
         if self.keep_reading not in KEEP_READINGS:
             raise ValueError(f"keep_reading {self.keep_reading!r}: choose from {' '.join(KEEP_READINGS)}")
+        if self.compute_budget is not None and not self.compute_budget >= 1.0:
+            raise ValueError(
+                f"compute_budget must be >= 1 (the start host's own run) or unset, got {self.compute_budget}"
+            )
 
     def for_width_seed(self) -> GateThresholds:
         """The thresholds a width seed's lifecycle runs under: its own dwell times."""

@@ -37,6 +37,14 @@ class SlotSignals:
     """Validation accuracy with the seed minus with its alpha forced to 0 (points); None unless
     blended. `contribution` under `keep_reading` "accuracy": carried whichever reading decides,
     so a study of the readings (`counterfactual_retest.py`) compares like with like."""
+    affordable_blueprints: tuple[str, ...] | None = None
+    """Under a compute budget (`GateThresholds.compute_budget`), the blueprints a germination
+    here now stays within it with (empty where no germination is possible now); None: no
+    budget. The env refuses any other; controllers read it through `affords`."""
+
+    def affords(self, blueprint: str) -> bool:
+        """A germination of `blueprint` here keeps the run within its compute budget (always, with none)."""
+        return self.affordable_blueprints is None or blueprint in self.affordable_blueprints
 
     @property
     def grad_vanishing(self) -> bool:

@@ -52,8 +52,16 @@ class ActionSpace:
         mask is all-True only so that the (ignored) distribution is well defined."""
         if op is LifecycleOp.WAIT:
             return torch.ones(len(self.slot_names), dtype=torch.bool)
-        budget_left = signals.seeds_germinated < signals.max_germinations
-        return torch.tensor([self._can_act(op, s, thresholds, budget_left) for s in self._slots(signals)])
+        seeds_left = signals.seeds_germinated < signals.max_germinations
+        return torch.tensor(
+            [self._can_act(op, s, thresholds, seeds_left and self.germination_fits(s)) for s in self._slots(signals)]
+        )
+
+    def germination_fits(self, s: SlotSignals) -> bool:
+        """Every blueprint the blueprint head may pick keeps the run within its compute budget
+        in slot `s`: that head is masked per op, not per slot, so a slot opens to GERMINATE only
+        when its dearest allowed blueprint fits."""
+        return all(s.affords(b) for b in self.allowed_blueprints or self.blueprints)
 
     def op_mask(self, signals: TrainingSignals, thresholds: GateThresholds) -> torch.Tensor:
         """Ops with at least one slot to act on; WAIT is always allowed."""
@@ -127,11 +135,12 @@ class ActionSpace:
         return signals.slots
 
     @staticmethod
-    def _can_act(op: LifecycleOp, s: SlotSignals, thresholds: GateThresholds, budget_left: bool) -> bool:
+    def _can_act(op: LifecycleOp, s: SlotSignals, thresholds: GateThresholds, may_germinate: bool) -> bool:
+        """`may_germinate`: within the seed budget, and the compute budget allows it here."""
         if not s.enabled:
             return False
         if op is LifecycleOp.GERMINATE:
-            return budget_left and germinate_gate(s.stage).passed
+            return may_germinate and germinate_gate(s.stage).passed
         if op is LifecycleOp.FOSSILIZE:
             return fossilize_gate(s.stage, s.epochs_in_stage, s.contribution, thresholds).passed
         return cull_gate(s.stage).passed

@@ -43,6 +43,7 @@ class NaiveGrowthController:
     resolution for the epochs it trains (`experiments/growth-frontier/flops_per_param.py`).
 
     The gates still cull a seed that does not help on probation, as they do for every controller.
+    Under a compute budget a seed that is due waits until it fits.
     """
 
     def __init__(
@@ -74,7 +75,7 @@ class NaiveGrowthController:
         if signals.seeds_germinated < signals.max_germinations:
             for name, (blueprint, epoch) in self.schedule.items():
                 due = signals.epoch >= epoch and name not in self.grown
-                if due and by_name[name].stage is SeedStage.DORMANT:
+                if due and by_name[name].stage is SeedStage.DORMANT and by_name[name].affords(blueprint):
                     return Decision(LifecycleOp.GERMINATE, name, blueprint, reason=f"naive: grow at epoch {epoch}")
         return Decision(LifecycleOp.WAIT)
 

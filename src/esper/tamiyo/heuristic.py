@@ -116,7 +116,7 @@ class HeuristicController:
     2. cull the first probationary seed whose contribution is below `cull_threshold`, the first
        blending seed below `blending_cull_threshold`, or any live seed whose gradients explode;
     3. germinate into the first empty enabled slot (host order; of its `slots` knob, if set)
-       when the run has plateaued,
+       whose next blueprint fits the compute budget (if any), when the run has plateaued,
        past warm-up and cooldown, within the seed budget, and with enough epochs left for a
        seed to be trained, blended and judged (the gates' dwell times). Each slot rotates
        through the blueprints on its own, starting with the largest; the blueprint is the next
@@ -184,8 +184,9 @@ class HeuristicController:
             and signals.seeds_germinated < signals.max_germinations
         )
         empty = [s for s in slots if s.stage is SeedStage.DORMANT and (not c.slots or s.name in c.slots)]
-        if ready and empty:
-            slot = empty[0].name
+        affordable = [s for s in empty if s.affords(self._choose_blueprint(s.name))]  # within a compute budget
+        if ready and affordable:
+            slot = affordable[0].name
             blueprint = self._choose_blueprint(slot)
             if signals.max_epochs - signals.epoch >= self.epochs_to_judge(blueprint):  # judged before the end
                 reason = f"plateau of {signals.plateau_epochs} epochs"

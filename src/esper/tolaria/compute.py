@@ -23,7 +23,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from esper.kasmina import MorphogeneticModel
-from esper.leyline import SeedStage
+from esper.leyline import BlendSchedule, SeedStage
 from esper.tolaria.datasets import Batch, TaskData
 from esper.tolaria.passes import VALIDATION_BATCH_SIZE
 from esper.tolaria.tasks import TaskSpec
@@ -52,19 +52,13 @@ def measurement_flops_per_sample(model: MorphogeneticModel, sample: Batch, ablat
     return counter.get_total_flops()
 
 
-def epoch_samples(task: TaskSpec, data: TaskData) -> int:
-    """Samples one training epoch of `task` draws from `data`."""
-    return sum(x.shape[0] for x, _ in data.train_batches(task.batch_size, torch.Generator().manual_seed(0)))
-
-
-def static_train_gflops(task: TaskSpec, width: int, data: TaskData, epochs: int, samples: int | None = None) -> float:
+def static_train_gflops(task: TaskSpec, width: int, data: TaskData, epochs: int) -> float:
     """Training GFLOPs of a whole static run of `task`'s host at `width` on `data`: the host's
-    per-sample count times the samples of `epochs` epochs (`samples` per epoch, when known)."""
+    per-sample count times the samples of `epochs` epochs."""
     with torch.random.fork_rng(devices=[]):  # the weights do not matter, and the caller's RNG is left be
         model = MorphogeneticModel(task.build_host(width))
     sample = next(iter(data.calibration_batches(1)))
-    per_epoch = epoch_samples(task, data) if samples is None else samples
-    return training_flops_per_sample(model, sample) * per_epoch * epochs / GIGA
+    return training_flops_per_sample(model, sample) * data.epoch_sample_count(task.batch_size) * epochs / GIGA
 
 
 def width_for_train_gflops(task: TaskSpec, data: TaskData, epochs: int, target_gflops: float) -> int:
@@ -72,12 +66,11 @@ def width_for_train_gflops(task: TaskSpec, data: TaskData, epochs: int, target_g
     ratio). A run's cost rises with width, so the widths are bisected, from the task's own up."""
     if not target_gflops > 0:
         raise ValueError(f"target training GFLOPs must be > 0, got {target_gflops}")
-    samples = epoch_samples(task, data)
     costs: dict[int, float] = {}
 
     def cost(width: int) -> float:
         if width not in costs:
-            costs[width] = static_train_gflops(task, width, data, epochs, samples)
+            costs[width] = static_train_gflops(task, width, data, epochs)
         return costs[width]
 
     high = max(task.host_width, 1)
@@ -102,6 +95,27 @@ def architecture_key(model: MorphogeneticModel) -> tuple:
     return tuple(tuple(p.shape) for p in model.parameters()), roles
 
 
+def projection_key(model: MorphogeneticModel) -> tuple:
+    """What a projection's network depends on: every parameter's shape, and which blueprint each
+    slot's seed is (how it takes part does not matter: the projection blends every seed in)."""
+    seeds = tuple((s.slot_id.name, s.blueprint) for s in model.ordered_slots() if s.seed is not None)
+    return tuple(tuple(p.shape) for p in model.parameters()), seeds
+
+
+def with_every_seed_blended(model: MorphogeneticModel, slot: str, blueprint: str) -> MorphogeneticModel:
+    """A copy of `model` with a seed of `blueprint` germinated in `slot` and every live seed at
+    alpha 1: the dearest a training epoch of that network can be, for a seed training in
+    isolation or part-blended computes no more than at alpha 1 (`tests/test_compute_budget.py`
+    checks every blueprint of both topologies). The copy's seed draws from a forked RNG."""
+    twin = copy.deepcopy(model)
+    with torch.random.fork_rng(devices=[]):
+        twin.slot(slot).germinate(blueprint, "projected", BlendSchedule.LINEAR)
+    for s in twin.ordered_slots():
+        if s.seed is not None and s.lifecycle.is_live:
+            s.lifecycle.stage = SeedStage.PROBATIONARY
+    return twin
+
+
 class ComputeMeter:
     """One env's FLOPs over an episode, training and measurement apart. A network's per-sample
     counts are kept by `architecture_key`: an episode's network changes a few times, so most
@@ -122,15 +136,16 @@ class ComputeMeter:
         self.start_host_flops = 0
         """What the episode's start host alone would have spent on the same epochs' samples."""
         self._start_per_sample: int | None = None
-        self._max_epochs = 0
+        self._samples_per_epoch = 0
         self._start_run_flops = 0
-        """The start host's whole run, fixed by the first epoch's samples (every epoch's are the same)."""
+        """The start host's whole run: its per-sample count times every epoch's samples."""
 
-    def start_episode(self, model: MorphogeneticModel, max_epochs: int) -> None:
-        """The episode's start host (no seed yet) and length, against which `extra_train_share`
-        counts what growth spent."""
+    def start_episode(self, model: MorphogeneticModel, max_epochs: int, samples_per_epoch: int) -> None:
+        """The episode's start host (no seed yet), length and samples per epoch, against which
+        `extra_train_share` counts what growth spent and a compute budget is set."""
         self._start_per_sample = self._training_per_sample(model)
-        self._max_epochs = max_epochs
+        self._samples_per_epoch = samples_per_epoch
+        self._start_run_flops = self._start_per_sample * samples_per_epoch * max_epochs
 
     def add_training_epoch(self, model: MorphogeneticModel, samples: int) -> None:
         """An epoch trained on `samples` samples (counted even when the governor undoes it: the
@@ -138,8 +153,25 @@ class ComputeMeter:
         self.train_flops += self._training_per_sample(model) * samples
         if self._start_per_sample is not None:
             self.start_host_flops += self._start_per_sample * samples
-            if not self._start_run_flops:
-                self._start_run_flops = self._start_per_sample * samples * self._max_epochs
+
+    @property
+    def train_share(self) -> float:
+        """Training FLOPs spent so far, over the start host's whole run: what a compute budget
+        (`GateThresholds.compute_budget`) caps."""
+        return self.train_flops / self._start_run_flops if self._start_run_flops else 0.0
+
+    def projected_train_share(self, model: MorphogeneticModel, slot: str, blueprint: str, epochs_left: int) -> float:
+        """`train_share` at the episode's end if a seed of `blueprint` germinated in `slot` now:
+        what is spent, plus `epochs_left` epochs of the network with that seed and every live
+        seed blended in. An upper bound, whatever the seeds do next (a cull only lowers it), so a
+        run whose every germination passed it ends within it."""
+        key = ("projected", projection_key(model), slot, blueprint)
+        if key not in self._per_sample:
+            with torch.random.fork_rng(devices=[]):  # the twin's seed and a host's dropout draw here
+                twin = with_every_seed_blended(model, slot, blueprint)
+                self._per_sample[key] = training_flops_per_sample(twin, self.sample)
+        ahead = self._per_sample[key] * self._samples_per_epoch * epochs_left
+        return (self.train_flops + ahead) / self._start_run_flops
 
     @property
     def extra_train_share(self) -> float:

@@ -88,6 +88,12 @@ class ImageData:
             raise ValueError(f"{n} samples per epoch exceed the {pool} training images")
         return dataclasses.replace(self, samples_per_epoch=n)
 
+    def epoch_sample_count(self, batch_size: int) -> int:
+        """Images one epoch of `train_batches(batch_size, ...)` trains on (the ragged last batch
+        dropped), known before the epoch runs: a compute budget projects with it."""
+        drawn = min(self.train_x.shape[0], self.samples_per_epoch or self.train_x.shape[0])
+        return drawn // batch_size * batch_size
+
     def train_batches(self, batch_size: int, generator: torch.Generator) -> Iterator[Batch]:
         """One epoch of shuffled batches. `generator` lives on the CPU; indices move to the data."""
         n = self.train_x.shape[0]
@@ -149,6 +155,10 @@ class TokenData:
             "val": self._windows_read(self.val_tokens) * self.block_size,
             "test": self._windows_read(self.test_tokens) * self.block_size,
         }
+
+    def epoch_sample_count(self, batch_size: int) -> int:
+        """Windows one epoch of `train_batches(batch_size, ...)` trains on (see `ImageData`'s)."""
+        return self.train_windows_per_epoch // batch_size * batch_size
 
     def train_batches(self, batch_size: int, generator: torch.Generator) -> Iterator[Batch]:
         """`train_windows_per_epoch` random windows, as (inputs, next-byte targets)."""

@@ -32,7 +32,8 @@ from typing import Any
 import torch
 
 from esper.kasmina import MorphogeneticModel
-from esper.leyline import Decision, GateThresholds, SeedStage, TrainingSignals
+from esper.kasmina.lifecycle import GateRefused
+from esper.leyline import Decision, GateThresholds, LifecycleOp, SeedStage, TrainingSignals
 from esper.nissa import Event
 from esper.tolaria.compute import ComputeMeter
 from esper.tolaria.datasets import TaskData
@@ -200,7 +201,7 @@ class MorphogeneticEnv:
         self._open, self._ended_by_panic, self._started = None, False, time.perf_counter()
         self.passes.cancel_launched_measurement()
         self.compute.reset()
-        self.compute.start_episode(self.model, c.max_epochs)
+        self.compute.start_episode(self.model, c.max_epochs, self.passes.data.epoch_sample_count(c.task.batch_size))
         val = self._measure()
         self._last_val, self._last_grads = val, {}
         self.keeper.keep(None)
@@ -229,6 +230,7 @@ class MorphogeneticEnv:
         if self._open is not None:
             raise RuntimeError("begin_step() called twice without end_step()")
         self.seeds.check(decision)
+        self._check_compute_budget(decision)
         self.passes.join()
         epoch_before = self.clock.epoch
         self.clock.epoch += 1
@@ -340,6 +342,39 @@ class MorphogeneticEnv:
             self._ended_by_panic = True
         return changes, val, measured
 
+    def _check_compute_budget(self, decision: Decision) -> None:
+        """G0's compute budget: refuse a germination the signals' `affordable_blueprints` exclude."""
+        if decision.op is not LifecycleOp.GERMINATE or self.signals.slot(decision.slot).affords(decision.blueprint):
+            return
+        epochs_left = self.config.max_epochs - self.clock.epoch
+        share = self.compute.projected_train_share(self.model, decision.slot, decision.blueprint, epochs_left)
+        raise GateRefused(
+            f"G0: {decision.blueprint} in {decision.slot} would take the run to {share:.3f} start-host runs "
+            f"of training FLOPs, over its compute budget of {self.config.thresholds.compute_budget}"
+        )
+
+    def _affordable_blueprints(self) -> dict[str, tuple[str, ...]] | None:
+        """Per enabled slot, the blueprints a germination now keeps within the compute budget
+        (none where no germination is possible now); None without a budget."""
+        c = self.config
+        budget = c.thresholds.compute_budget
+        if budget is None:
+            return None
+        epochs_left = c.max_epochs - self.clock.epoch
+        possible = self.seeds.germinated < c.max_germinations and epochs_left > 0
+        affordable: dict[str, tuple[str, ...]] = {}
+        for name in c.enabled_slots:
+            slot = self.model.slot(name)
+            if not possible or slot.stage is not SeedStage.DORMANT:
+                affordable[name] = ()
+                continue
+            affordable[name] = tuple(
+                bp
+                for bp in slot.accepted_blueprints()
+                if self.compute.projected_train_share(self.model, name, bp, epochs_left) <= budget
+            )
+        return affordable
+
     def _undo(self, epoch_before: int) -> None:
         self.passes.cancel_launched_measurement()
         self.events.discard()
@@ -374,7 +409,7 @@ class MorphogeneticEnv:
             self.clock.epoch,
             self.config.max_epochs,
             measured,
-            slot_signals(self.model, self.config.enabled_slots, val, self._last_grads),
+            slot_signals(self.model, self.config.enabled_slots, val, self._last_grads, self._affordable_blueprints()),
             self.model.host_param_count(),
             self.seeds.germinated,
             self.config.max_germinations,

@@ -4,6 +4,7 @@ with their history (deltas, best accuracy, plateau length)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from esper.kasmina import MorphogeneticModel
@@ -86,10 +87,15 @@ class SignalTracker:
 
 
 def slot_signals(
-    model: MorphogeneticModel, enabled_slots: tuple[str, ...], val: ValidationStats, grad_norms: dict[str, float]
+    model: MorphogeneticModel,
+    enabled_slots: tuple[str, ...],
+    val: ValidationStats,
+    grad_norms: dict[str, float],
+    affordable: Mapping[str, tuple[str, ...]] | None = None,
 ) -> tuple[SlotSignals, ...]:
     """Every slot's own signals, in host order: an empty slot reports no seed, contribution or
-    gradient; a seed's contribution is the one `val` measured, its gradient norm the epoch's."""
+    gradient; a seed's contribution is the one `val` measured, its gradient norm the epoch's;
+    `affordable` holds the enabled slots' blueprints within a compute budget (None: no budget)."""
     return tuple(
         SlotSignals(
             name=s.slot_id.name,
@@ -105,6 +111,7 @@ def slot_signals(
             param_count=s.param_count(),
             loss_contribution=val.loss_contribution(s.slot_id.name) if s.seed is not None else None,
             accuracy_contribution=val.accuracy_contribution(s.slot_id.name) if s.seed is not None else None,
+            affordable_blueprints=None if affordable is None else affordable.get(s.slot_id.name, ()),
         )
         for s in model.ordered_slots()
     )
