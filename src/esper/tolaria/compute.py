@@ -23,7 +23,8 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from esper.kasmina import MorphogeneticModel
-from esper.leyline import BlendSchedule, SeedStage
+from esper.kasmina.lifecycle import GateRefused
+from esper.leyline import BlendSchedule, Decision, LifecycleOp, SeedStage, TrainingSignals
 from esper.tolaria.datasets import Batch, TaskData
 from esper.tolaria.passes import VALIDATION_BATCH_SIZE
 from esper.tolaria.tasks import TaskSpec
@@ -204,3 +205,41 @@ class ComputeMeter:
     @property
     def measure_gflops(self) -> float:
         return self.measure_flops / GIGA
+
+
+class ComputeBudget:
+    """G0's compute budget (`GateThresholds.compute_budget`) over one env's episodes: which
+    germinations keep a run within it, by the meter's projection."""
+
+    def __init__(self, meter: ComputeMeter, budget: float | None) -> None:
+        self.meter, self.budget = meter, budget
+
+    def affordable(
+        self, model: MorphogeneticModel, slots: Sequence[str], epochs_left: int, may_germinate: bool
+    ) -> dict[str, tuple[str, ...]] | None:
+        """Per slot of `slots`, the blueprints a germination now keeps within the budget (none
+        where the slot is not empty, or no germination is possible); None without a budget."""
+        if self.budget is None:
+            return None
+        affordable: dict[str, tuple[str, ...]] = {}
+        for name in slots:
+            slot = model.slot(name)
+            if not may_germinate or epochs_left < 1 or slot.stage is not SeedStage.DORMANT:
+                affordable[name] = ()
+                continue
+            affordable[name] = tuple(
+                bp
+                for bp in slot.accepted_blueprints()
+                if self.meter.projected_train_share(model, name, bp, epochs_left) <= self.budget
+            )
+        return affordable
+
+    def check(self, model: MorphogeneticModel, decision: Decision, signals: TrainingSignals, epochs_left: int) -> None:
+        """Refuse a germination the signals' `affordable_blueprints` exclude."""
+        if decision.op is not LifecycleOp.GERMINATE or signals.slot(decision.slot).affords(decision.blueprint):
+            return
+        share = self.meter.projected_train_share(model, decision.slot, decision.blueprint, epochs_left)
+        raise GateRefused(
+            f"G0: {decision.blueprint} in {decision.slot} would take the run to {share:.3f} start-host runs "
+            f"of training FLOPs, over its compute budget of {self.budget}"
+        )

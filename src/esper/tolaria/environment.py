@@ -32,10 +32,9 @@ from typing import Any
 import torch
 
 from esper.kasmina import MorphogeneticModel
-from esper.kasmina.lifecycle import GateRefused
-from esper.leyline import Decision, GateThresholds, LifecycleOp, SeedStage, TrainingSignals
+from esper.leyline import Decision, GateThresholds, SeedStage, TrainingSignals
 from esper.nissa import Event
-from esper.tolaria.compute import ComputeMeter
+from esper.tolaria.compute import ComputeBudget, ComputeMeter
 from esper.tolaria.datasets import TaskData
 from esper.tolaria.events import EnvClock, EnvEvents
 from esper.tolaria.governor import Governor, GovernorConfig
@@ -163,6 +162,7 @@ class MorphogeneticEnv:
         graphs = config.cuda_graphs and config.amp != "fp16" and config.compile_backend is None
         self.passes = DevicePasses(config.device, data, config.amp, graphs)
         self.compute = ComputeMeter(self.passes.data, config.device)
+        self.budget = ComputeBudget(self.compute, config.thresholds.compute_budget)
         self.clock = EnvClock()
         self.events = EnvEvents(emit or (lambda event: None), self.clock)
         self.tracker = SignalTracker()
@@ -230,7 +230,7 @@ class MorphogeneticEnv:
         if self._open is not None:
             raise RuntimeError("begin_step() called twice without end_step()")
         self.seeds.check(decision)
-        self._check_compute_budget(decision)
+        self.budget.check(self.model, decision, self.signals, self.config.max_epochs - self.clock.epoch)
         self.passes.join()
         epoch_before = self.clock.epoch
         self.clock.epoch += 1
@@ -342,38 +342,10 @@ class MorphogeneticEnv:
             self._ended_by_panic = True
         return changes, val, measured
 
-    def _check_compute_budget(self, decision: Decision) -> None:
-        """G0's compute budget: refuse a germination the signals' `affordable_blueprints` exclude."""
-        if decision.op is not LifecycleOp.GERMINATE or self.signals.slot(decision.slot).affords(decision.blueprint):
-            return
-        epochs_left = self.config.max_epochs - self.clock.epoch
-        share = self.compute.projected_train_share(self.model, decision.slot, decision.blueprint, epochs_left)
-        raise GateRefused(
-            f"G0: {decision.blueprint} in {decision.slot} would take the run to {share:.3f} start-host runs "
-            f"of training FLOPs, over its compute budget of {self.config.thresholds.compute_budget}"
-        )
-
-    def _affordable_blueprints(self) -> dict[str, tuple[str, ...]] | None:
-        """Per enabled slot, the blueprints a germination now keeps within the compute budget
-        (none where no germination is possible now); None without a budget."""
+    def _affordable(self) -> dict[str, tuple[str, ...]] | None:
         c = self.config
-        budget = c.thresholds.compute_budget
-        if budget is None:
-            return None
-        epochs_left = c.max_epochs - self.clock.epoch
-        possible = self.seeds.germinated < c.max_germinations and epochs_left > 0
-        affordable: dict[str, tuple[str, ...]] = {}
-        for name in c.enabled_slots:
-            slot = self.model.slot(name)
-            if not possible or slot.stage is not SeedStage.DORMANT:
-                affordable[name] = ()
-                continue
-            affordable[name] = tuple(
-                bp
-                for bp in slot.accepted_blueprints()
-                if self.compute.projected_train_share(self.model, name, bp, epochs_left) <= budget
-            )
-        return affordable
+        possible = self.seeds.germinated < c.max_germinations
+        return self.budget.affordable(self.model, c.enabled_slots, c.max_epochs - self.clock.epoch, possible)
 
     def _undo(self, epoch_before: int) -> None:
         self.passes.cancel_launched_measurement()
@@ -409,7 +381,7 @@ class MorphogeneticEnv:
             self.clock.epoch,
             self.config.max_epochs,
             measured,
-            slot_signals(self.model, self.config.enabled_slots, val, self._last_grads, self._affordable_blueprints()),
+            slot_signals(self.model, self.config.enabled_slots, val, self._last_grads, self._affordable()),
             self.model.host_param_count(),
             self.seeds.germinated,
             self.config.max_germinations,

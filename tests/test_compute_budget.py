@@ -1,0 +1,162 @@
+"""A compute budget on germination (`GateThresholds.compute_budget`): its projection is an upper
+bound, every controller reads its verdict, and the env refuses what it excludes."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from conftest import make_env, tiny_shapes_data, tiny_shapes_task, tiny_text_task, training_signals
+from esper.kasmina import CNNHost, GateRefused, MorphogeneticModel, Topology, TransformerHost
+from esper.leyline import BlendSchedule, Decision, GateThresholds, LifecycleOp, SeedStage, SlotSignals
+from esper.scripts.cli import main
+from esper.tamiyo import ActionSpace, HeuristicConfig, HeuristicController, RandomController, StaticController
+from esper.tamiyo.baselines import NaiveGrowthController
+from esper.tolaria import TASKS
+from esper.tolaria.compute import training_flops_per_sample
+from esper.tolaria.episode import run_episode
+
+SLOTS = ("early", "mid", "late")
+
+
+def budgeted_env(budget: float | None, **kwargs):
+    return make_env(thresholds=GateThresholds(compute_budget=budget), **kwargs)
+
+
+def dormant(name: str, affordable: tuple[str, ...] | None) -> SlotSignals:
+    return SlotSignals(
+        name=name,
+        index=SLOTS.index(name),
+        enabled=True,
+        stage=SeedStage.DORMANT,
+        epochs_in_stage=3,
+        alpha=0.0,
+        blueprint=None,
+        seed_id=None,
+        contribution=None,
+        grad_norm=None,
+        param_count=0,
+        affordable_blueprints=affordable,
+    )
+
+
+@pytest.mark.parametrize(
+    ("host", "sample"),
+    [
+        (lambda: CNNHost(width=4, depth=3), (torch.zeros(1, 3, 16, 16), torch.zeros(1, dtype=torch.long))),
+        (
+            lambda: TransformerHost(block_size=8, d_model=16, n_layer=3, n_slots=3),
+            (torch.zeros(1, 8, dtype=torch.long), torch.zeros(1, 8, dtype=torch.long)),
+        ),
+    ],
+    ids=["cnn", "transformer"],
+)
+def test_no_seed_costs_more_in_training_or_blending_than_at_alpha_1(host, sample) -> None:
+    """The projection's premise: a seed's training epoch is dearest at alpha 1."""
+    torch.manual_seed(0)
+    model = MorphogeneticModel(host())
+    for name in SLOTS:
+        slot = model.slot(name)
+        for blueprint in slot.accepted_blueprints():
+            torch.manual_seed(0)
+            slot.germinate(blueprint, "s", BlendSchedule.LINEAR)
+            costs = {}
+            for stage in (SeedStage.TRAINING, SeedStage.BLENDING, SeedStage.PROBATIONARY):
+                slot.lifecycle.stage = stage
+                costs[stage] = training_flops_per_sample(model, sample)
+            assert costs[SeedStage.TRAINING] <= costs[SeedStage.PROBATIONARY], (name, blueprint, costs)
+            assert costs[SeedStage.BLENDING] <= costs[SeedStage.PROBATIONARY], (name, blueprint, costs)
+            slot.cull()
+            slot.lifecycle.stage = SeedStage.DORMANT
+
+
+def test_an_epochs_sample_count_is_what_its_batches_hold() -> None:
+    images = tiny_shapes_data()
+    for data, batch_size in ((images, 50), (images, 64), (images.with_samples_per_epoch(130), 50)):
+        drawn = sum(x.shape[0] for x, _ in data.train_batches(batch_size, torch.Generator().manual_seed(0)))
+        assert data.epoch_sample_count(batch_size) == drawn
+    tokens = tiny_text_task().load_data(None)
+    drawn = sum(x.shape[0] for x, _ in tokens.train_batches(24, torch.Generator().manual_seed(0)))
+    assert tokens.epoch_sample_count(24) == drawn
+
+
+def test_a_static_run_spends_exactly_one_start_host_run() -> None:
+    env = budgeted_env(None)
+    run_episode(env, StaticController(), rng_seed=0, episode=0)
+    assert env.compute.train_share == pytest.approx(1.0, abs=1e-12)
+    assert env.compute.extra_train_share == pytest.approx(0.0, abs=1e-12)
+
+
+@settings(max_examples=6, deadline=None)
+@given(budget=st.floats(1.0, 2.5), rng_seed=st.integers(0, 1000))
+def test_a_run_under_a_budget_ends_within_it(budget: float, rng_seed: int) -> None:
+    """Whatever a controller grows (here at random, under the masks), the run ends in budget."""
+    env = budgeted_env(budget, max_epochs=5)
+    blueprints = ("conv_heavy", "widen_50", "widen_100", "norm")
+    controller = RandomController(Topology.CNN, SLOTS, blueprints, env.config.thresholds, rng_seed=rng_seed)
+    run_episode(env, controller, rng_seed=rng_seed, episode=0)
+    assert env.compute.train_share <= budget + 1e-12
+
+
+def test_the_env_refuses_a_germination_over_budget_and_changes_nothing() -> None:
+    env = budgeted_env(1.0)
+    signals = env.reset(0)
+    assert "conv_heavy" not in signals.slot("early").affordable_blueprints
+    assert "norm" in signals.slot("early").affordable_blueprints  # element-wise work is not counted
+    with pytest.raises(GateRefused, match=r"G0: conv_heavy in early would take the run to 1\.\d+ .*budget of 1\.0"):
+        env.step(Decision(LifecycleOp.GERMINATE, "early", "conv_heavy"))
+    assert env.clock.epoch == 0 and env.model.slot("early").seed is None
+
+
+def test_without_a_budget_every_blueprint_is_affordable() -> None:
+    signals = budgeted_env(None).reset(0)
+    assert all(s.affordable_blueprints is None and s.affords("widen_100") for s in signals.slots)
+
+
+def test_a_budgeted_seed_waits_until_it_fits() -> None:
+    """A width seed too dear at epoch 0 fits later, as the epochs left to pay for shrink."""
+    env = budgeted_env(1.2, max_epochs=6)
+    naive = NaiveGrowthController(Topology.CNN, {"early": ("widen_100", 0)}, env.config.thresholds)
+    outcome = run_episode(env, naive, rng_seed=0, episode=0)
+    germinated_at = [epoch for r in outcome.records for epoch, stage in r.stage_history if stage == "GERMINATED"]
+    assert germinated_at and germinated_at[0] > 1
+    assert env.compute.train_share <= 1.2
+
+
+def test_the_mask_opens_a_slot_only_when_every_allowed_blueprint_fits() -> None:
+    slots = (dormant("early", ("norm", "conv_heavy")), dormant("mid", ("norm",)), dormant("late", None))
+    signals = training_signals(slots)
+    both = ActionSpace(Topology.CNN, SLOTS, ("norm", "conv_heavy"))
+    assert both.slot_mask(LifecycleOp.GERMINATE, signals, GateThresholds()).tolist() == [True, False, True]
+    only_norm = ActionSpace(Topology.CNN, SLOTS, ("norm",))
+    assert only_norm.slot_mask(LifecycleOp.GERMINATE, signals, GateThresholds()).tolist() == [True, True, True]
+
+
+def test_the_heuristic_skips_a_slot_whose_blueprint_does_not_fit() -> None:
+    config = HeuristicConfig(warmup_epochs=0, blueprint_order=("conv_heavy",))
+    heuristic = HeuristicController(Topology.CNN, SLOTS, config=config)
+    slots = (dormant("early", ("norm",)), dormant("mid", ("conv_heavy",)), dormant("late", ("conv_heavy",)))
+    decision = heuristic.decide(training_signals(slots))
+    assert (decision.op, decision.slot, decision.blueprint) == (LifecycleOp.GERMINATE, "mid", "conv_heavy")
+    nothing_fits = tuple(dormant(name, ()) for name in SLOTS)
+    assert heuristic.decide(training_signals(nothing_fits)).op is LifecycleOp.WAIT
+
+
+def test_a_budget_below_one_start_host_run_is_one_line_exit_2(tmp_path, capsys, monkeypatch) -> None:
+    monkeypatch.setitem(TASKS, "shapes", tiny_shapes_task())
+    run_dir = tmp_path / "run"
+    rc = main(["heuristic", "--quiet", "--max-epochs", "1", "--run-dir", str(run_dir), "--gates.compute_budget", "0.9"])
+    err = capsys.readouterr().err
+    assert rc == 2 and len(err.splitlines()) == 1, err
+    assert "compute_budget must be >= 1" in err and "0.9" in err
+    assert not run_dir.exists()
+
+
+def test_thresholds_refuse_a_budget_below_one() -> None:
+    with pytest.raises(ValueError, match="compute_budget must be >= 1"):
+        GateThresholds(compute_budget=0.5)
+    assert dataclasses.replace(GateThresholds(), compute_budget=1.0).compute_budget == 1.0
