@@ -14,7 +14,17 @@ from conftest import make_env, tiny_shapes_data, tiny_shapes_task, tiny_text_tas
 from esper.kasmina import CNNHost, GateRefused, MorphogeneticModel, Topology, TransformerHost
 from esper.leyline import BlendSchedule, Decision, GateThresholds, LifecycleOp, SeedStage, SlotSignals
 from esper.scripts.cli import main
-from esper.tamiyo import ActionSpace, HeuristicConfig, HeuristicController, RandomController, StaticController
+from esper.simic.cloning import demonstrate
+from esper.simic.rewards import RewardConfig, RewardFunction
+from esper.tamiyo import (
+    ActionSpace,
+    HeuristicConfig,
+    HeuristicController,
+    PolicySpaces,
+    RandomController,
+    StaticController,
+    sample_factored,
+)
 from esper.tamiyo.baselines import NaiveGrowthController
 from esper.tolaria import TASKS
 from esper.tolaria.compute import training_flops_per_sample
@@ -127,13 +137,46 @@ def test_a_budgeted_seed_waits_until_it_fits() -> None:
     assert env.compute.train_share <= 1.2
 
 
-def test_the_mask_opens_a_slot_only_when_every_allowed_blueprint_fits() -> None:
-    slots = (dormant("early", ("norm", "conv_heavy")), dormant("mid", ("norm",)), dormant("late", None))
+def test_the_masks_offer_in_each_slot_the_blueprints_that_fit_there() -> None:
+    slots = (dormant("early", ("norm", "conv_heavy")), dormant("mid", ("norm",)), dormant("late", ()))
     signals = training_signals(slots)
-    both = ActionSpace(Topology.CNN, SLOTS, ("norm", "conv_heavy"))
-    assert both.slot_mask(LifecycleOp.GERMINATE, signals, GateThresholds()).tolist() == [True, False, True]
-    only_norm = ActionSpace(Topology.CNN, SLOTS, ("norm",))
-    assert only_norm.slot_mask(LifecycleOp.GERMINATE, signals, GateThresholds()).tolist() == [True, True, True]
+    space = ActionSpace(Topology.CNN, SLOTS, ("norm", "conv_heavy"))
+    _, (slot_table, blueprint_table, _) = space.conditional_masks(signals, GateThresholds())
+    assert slot_table[LifecycleOp.GERMINATE].tolist() == [True, True, False]
+    fits = {
+        name: {
+            b for b, ok in zip(space.blueprints, blueprint_table[LifecycleOp.GERMINATE, i].tolist(), strict=True) if ok
+        }
+        for i, name in enumerate(SLOTS[:2])
+    }
+    assert fits == {"early": {"norm", "conv_heavy"}, "mid": {"norm"}}
+    sampled = set()
+    for k in range(200):  # whatever is sampled is executable in its slot
+        sample = sample_factored(
+            [torch.zeros(1, n) for n in space.head_sizes],
+            space.masks(signals, GateThresholds()),
+            generator=torch.Generator().manual_seed(k),
+        )
+        decision = space.decode(*sample.actions[0].tolist())
+        if decision.op is LifecycleOp.GERMINATE:
+            assert signals.slot(decision.slot).affords(decision.blueprint), decision
+            sampled.add((decision.slot, decision.blueprint))
+    assert sampled == {("early", "norm"), ("early", "conv_heavy"), ("mid", "norm")}
+
+
+def test_a_teacher_growing_what_fits_in_its_slot_can_be_cloned() -> None:
+    """At budget 1.25 this host's `early` takes widen_25 from epoch 0 but widen_50 only from
+    epoch 3: the masks allow what the env allows, so the warm start can learn a germination at
+    epoch 0 by a policy that may also pick widen_50."""
+    env = budgeted_env(1.25, max_epochs=6)
+    spaces = PolicySpaces.derive(Topology.CNN, SLOTS, ("widen_50", "widen_25"))
+    teacher = NaiveGrowthController(Topology.CNN, {"early": ("widen_25", 0)}, env.config.thresholds)
+    demo = demonstrate(env, teacher, spaces, RewardFunction(RewardConfig(), 1.0), rng_seed=0, episode=0)
+    assert tuple(demo.actions[0].tolist()[:3]) == (
+        int(LifecycleOp.GERMINATE),
+        0,
+        spaces.actions.blueprints.index("widen_25"),
+    )
 
 
 def test_the_heuristic_skips_a_slot_whose_blueprint_does_not_fit() -> None:

@@ -23,14 +23,18 @@ from test_gym import gym_env
 
 
 def executable_count(masks: dict[str, np.ndarray]) -> int:
-    """Joint actions the conditional masks allow, counted head by head (independently of the wrapper)."""
+    """Joint actions the conditional masks allow, counted head by head (independently of the
+    wrapper): per op, per slot it may act on, the product of the later heads' valid choices (the
+    blueprint mask is given per op and slot)."""
     total = 0
     for op in np.flatnonzero(masks["op"]):
-        count = 1
-        for k, name in enumerate(("slot", "blueprint", "schedule"), start=1):
-            if masks["head_active"][op, k]:
-                count *= int(masks[name][op].sum())
-        total += count
+        active = masks["head_active"][op]
+        for slot in np.flatnonzero(masks["slot"][op]) if active[1] else [0]:
+            count = 1
+            for k, name in ((2, "blueprint"), (3, "schedule")):
+                if active[k]:
+                    count *= int((masks[name][op, slot] if masks[name].ndim == 3 else masks[name][op]).sum())
+            total += count
     return total
 
 

@@ -45,7 +45,7 @@ from esper.simic.loop import Learner
 from esper.simic.rewards import RewardFunction
 from esper.tamiyo import PolicySpaces, RecurrentPolicy
 from esper.tamiyo.diagnostics import scored_slots
-from esper.tamiyo.distributions import MaskedCategorical, evaluate_factored
+from esper.tamiyo.distributions import MaskedCategorical, evaluate_factored, resolve_mask
 from esper.tolaria.environment import MorphogeneticEnv
 from esper.tolaria.episode import Controller
 
@@ -97,7 +97,9 @@ def demonstrate(
         decision = controller.decide(signals)
         action = actions_space.encode(decision)
         first, conditional = actions_space.conditional_masks(signals, thresholds)
-        heads, on = [first, *(mask[action[0]] for mask in conditional)], head_active[action[0]]
+        row, chosen = torch.zeros(1, dtype=torch.long), [torch.tensor([action[0]]), torch.tensor([action[1]])]
+        heads = [first, *(resolve_mask(mask[None], row, chosen)[0] for mask in conditional)]
+        on = head_active[action[0]]
         if not all(mask[index] for mask, index, used in zip(heads, action, on, strict=True) if used):
             raise ValueError(f"the demonstrator chose {decision}, which the policy's masks forbid: it cannot be cloned")
         obs.append(spaces.layout.featurize(signals))

@@ -49,8 +49,10 @@ def action_mask_info(actions: ActionSpace, signals: TrainingSignals, config: Env
     """The masks of the next action, as numpy bool arrays keyed by head name:
 
     - "op": (n_ops,) the ops that can act somewhere now (WAIT always can);
-    - "slot", "blueprint", "schedule": (n_ops, n_k) the valid choices of that head for each op
-      (row `op` is the mask to use once the op is chosen);
+    - "slot", "schedule": (n_ops, n_k) the valid choices of that head for each op (row `op` is
+      the mask to use once the op is chosen);
+    - "blueprint": (n_ops, n_slots, n_blueprints) its valid choices for each op and slot (under a
+      compute budget, what fits depends on the slot);
     - "head_active": (n_ops, n_heads) which heads an op uses (an inactive head's choice is ignored).
 
     The same masks, in the same form, as `ActionSpace.conditional_masks` gives Esper's sampler.
@@ -68,7 +70,8 @@ def is_allowed(action: np.ndarray, masks: dict[str, np.ndarray]) -> bool:
     if not masks[HEADS[0]][op]:
         return False
     active = masks["head_active"][op]
-    return all(masks[name][op, int(action[k])] for k, name in enumerate(HEADS) if k > 0 and active[k])
+    given = {name: (op, int(action[1])) if masks[name].ndim == 3 else (op,) for name in HEADS[1:]}
+    return all(masks[name][(*given[name], int(action[k]))] for k, name in enumerate(HEADS) if k > 0 and active[k])
 
 
 def shaping_reward_config(reward: RewardConfig | None, gamma: float) -> RewardConfig:
@@ -155,8 +158,10 @@ class MorphogeneticGymEnv(gymnasium.Env):
         for k, name in enumerate(HEADS[1:], start=1):
             users = op_mask & self._masks["head_active"][:, k]
             rows = self._masks[name][users]
+            if rows.ndim == 3:  # per op and slot (the blueprint head): over the slots each op may act on
+                rows = (rows & self._masks[HEADS[1]][users][..., None]).any(axis=1)
             # A head no allowed op uses: any choice is ignored, so allow them all.
-            parts.append(rows.any(axis=0) if rows.size else np.ones(self._masks[name].shape[1], dtype=bool))
+            parts.append(rows.any(axis=0) if rows.size else np.ones(self._masks[name].shape[-1], dtype=bool))
         return np.concatenate(parts)
 
     # ----------------------------------------------------------------- helpers

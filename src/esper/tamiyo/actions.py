@@ -54,14 +54,12 @@ class ActionSpace:
             return torch.ones(len(self.slot_names), dtype=torch.bool)
         seeds_left = signals.seeds_germinated < signals.max_germinations
         return torch.tensor(
-            [self._can_act(op, s, thresholds, seeds_left and self.germination_fits(s)) for s in self._slots(signals)]
+            [self._can_act(op, s, thresholds, seeds_left and self.can_grow_in(s)) for s in self._slots(signals)]
         )
 
-    def germination_fits(self, s: SlotSignals) -> bool:
-        """Every blueprint the blueprint head may pick keeps the run within its compute budget
-        in slot `s`: that head is masked per op, not per slot, so a slot opens to GERMINATE only
-        when its dearest allowed blueprint fits."""
-        return all(s.affords(b) for b in self.allowed_blueprints or self.blueprints)
+    def can_grow_in(self, s: SlotSignals) -> bool:
+        """Some allowed blueprint keeps the run within its compute budget in slot `s`."""
+        return bool(self.blueprint_mask(s).any())
 
     def op_mask(self, signals: TrainingSignals, thresholds: GateThresholds) -> torch.Tensor:
         """Ops with at least one slot to act on; WAIT is always allowed."""
@@ -69,9 +67,11 @@ class ActionSpace:
             [op is LifecycleOp.WAIT or bool(self.slot_mask(op, signals, thresholds).any()) for op in LifecycleOp]
         )
 
-    def blueprint_mask(self) -> torch.Tensor:
+    def blueprint_mask(self, s: SlotSignals | None = None) -> torch.Tensor:
+        """The blueprints the head may pick: the allowed ones, and to germinate in slot `s` only
+        those that keep the run within its compute budget (`SlotSignals.affords`)."""
         allowed = set(self.allowed_blueprints or self.blueprints)
-        return torch.tensor([b in allowed for b in self.blueprints])
+        return torch.tensor([b in allowed and (s is None or s.affords(b)) for b in self.blueprints])
 
     @staticmethod
     def head_active(op: LifecycleOp) -> torch.Tensor:
@@ -83,13 +83,19 @@ class ActionSpace:
     def conditional_masks(
         self, signals: TrainingSignals, thresholds: GateThresholds
     ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
-        """The op mask (n_ops,) and, for each later head, its mask per op (n_ops, n_k): the form
-        the PPO sampler takes (`esper.simic.FactoredMasks`)."""
+        """The op mask (n_ops,), the slot mask per op (n_ops, n_slots), the blueprint mask per op
+        and slot (n_ops, n_slots, n_blueprints: what fits a compute budget depends on the slot)
+        and the schedule mask per op (n_ops, n_schedules): the form the PPO sampler takes
+        (`esper.simic.FactoredMasks`)."""
         slot_table = torch.stack([self.slot_mask(op, signals, thresholds) for op in LifecycleOp])
         op_mask = slot_table.any(dim=1)
         op_mask[LifecycleOp.WAIT] = True
-        n_ops = len(LifecycleOp)
-        blueprints = self.blueprint_mask().expand(n_ops, -1)
+        n_ops, allowed = len(LifecycleOp), self.blueprint_mask()
+        blueprints = allowed.expand(n_ops, len(self.slot_names), -1).clone()
+        for i, s in enumerate(self._slots(signals)):
+            fits = self.blueprint_mask(s)
+            if fits.any():  # a slot where nothing fits is masked itself; its row is never read
+                blueprints[LifecycleOp.GERMINATE, i] = fits
         schedules = torch.ones(n_ops, len(BlendSchedule), dtype=torch.bool)
         return op_mask, (slot_table, blueprints, schedules)
 

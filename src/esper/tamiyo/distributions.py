@@ -3,8 +3,9 @@ factored actions whose first head conditions the masks of the rest.
 
 A discrete action space is one head; a multi-discrete one is several. Masks may make a later
 head depend on the first head's choice (a lifecycle op decides which slots are valid), so each
-later head's mask is given per first-head choice, and the mask actually used is resolved after
-the first head is sampled. The resolved masks are what the rollout buffer stores: the update
+later head's mask is given per first-head choice, or per choice of the first two heads (which
+blueprints fit a compute budget depends on the slot), and the mask actually used is resolved
+once the heads it depends on are sampled. The resolved masks are what the rollout buffer stores: the update
 rebuilds exactly the distributions the rollout sampled from.
 """
 
@@ -64,7 +65,8 @@ class FactoredMasks:
     first: torch.Tensor
     """(N, n0) bool: valid choices of the first head."""
     conditional: tuple[torch.Tensor, ...]
-    """One (N, n0, nk) bool per later head: its valid choices given each first-head choice."""
+    """One bool tensor per later head: its valid choices given each first-head choice (N, n0, nk),
+    or, for a head after the second, given each choice of the first two (N, n0, n1, nk)."""
     head_active: torch.Tensor
     """(n0, H) bool: which heads matter for each first-head choice (the first always does)."""
 
@@ -116,19 +118,27 @@ def sample_factored(
         return dist.mode() if greedy else dist.sample(uniforms=uniforms[:, head])
 
     first_dist = MaskedCategorical(logits[0], masks.first)
-    first = choose(first_dist, 0)
-    rows = torch.arange(first.shape[0], device=first.device)
+    chosen = [choose(first_dist, 0)]
+    rows = torch.arange(chosen[0].shape[0], device=chosen[0].device)
     dists, resolved = [first_dist], [masks.first]
-    for head_logits, conditional in zip(logits[1:], masks.conditional, strict=True):
-        mask = conditional[rows, first]
+    for k, (head_logits, conditional) in enumerate(zip(logits[1:], masks.conditional, strict=True), start=1):
+        mask = resolve_mask(conditional, rows, chosen)
         dists.append(MaskedCategorical(head_logits, mask))
         resolved.append(mask)
-    later = [choose(d, k) for k, d in enumerate(dists[1:], start=1)]
-    actions = torch.stack([first, *later], dim=-1)
+        chosen.append(choose(dists[-1], k))
+    first = chosen[0]
+    actions = torch.stack(chosen, dim=-1)
     log_probs = torch.stack([d.log_prob(actions[:, k]) for k, d in enumerate(dists)], dim=-1)
     entropies = torch.stack([d.entropy() for d in dists], dim=-1)
     pairs = first_two_probabilities(first_dist, logits[1], masks.conditional[0]) if len(logits) > 1 else None
     return FactoredSample(actions, log_probs, entropies, masks.head_active[first], torch.cat(resolved, dim=-1), pairs)
+
+
+def resolve_mask(conditional: torch.Tensor, rows: torch.Tensor, chosen: list[torch.Tensor]) -> torch.Tensor:
+    """A later head's (N, nk) mask, from its mask per first-head choice (N, n0, nk) or per choice
+    of the first two heads (N, n0, n1, nk), given the rows' `chosen` choices so far."""
+    mask = conditional[rows, chosen[0]]
+    return mask[rows, chosen[1]] if mask.dim() == 3 else mask
 
 
 def first_two_probabilities(
