@@ -56,11 +56,13 @@ def test_arms_pair_seed_by_seed_and_keep_their_knobs(tmp_path: Path) -> None:
     assert [e["arm"] for e in episodes] == ["warm"] * 3 + ["plain"] * 3
 
 
-@pytest.mark.parametrize("field, value", [("seeds", [0, 1, 3]), ("cpu_capability", "AVX2"), ("max_epochs", 20)])
+@pytest.mark.parametrize(
+    "field, value", [("seeds", [0, 1, 3]), ("cpu_capability", "AVX2"), ("max_epochs", 20), ("cpu", "Xeon [avx2]")]
+)
 def test_arms_that_disagree_are_one_line_and_exit_2(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], field: str, value: object
 ) -> None:
-    a = run_dir(tmp_path / "a", "static", [70.0, 70.0, 70.0], warmup=3)
+    a = run_dir(tmp_path / "a", "static", [70.0, 70.0, 70.0], warmup=3, cpu="Xeon [amx_tile]")
     b = run_dir(tmp_path / "b", "static", [70.0, 70.0, 70.0], warmup=None, **{field: value})
     out, episodes = tmp_path / "record.json", tmp_path / "episodes.jsonl"
     argv = ["--arm", "a", a, "static", "--arm", "b", b, "static", "--out", str(out), "--episodes", str(episodes)]
@@ -68,6 +70,17 @@ def test_arms_that_disagree_are_one_line_and_exit_2(
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and field in err
     assert not out.exists() and not episodes.exists()
+
+
+def test_an_arm_recorded_before_the_cpu_field_pairs_and_each_arm_names_its_cpu(tmp_path: Path) -> None:
+    new = run_dir(tmp_path / "new", "static", [70.0, 70.0, 70.0], warmup=3, cpu="Xeon [amx_tile]")
+    old = run_dir(tmp_path / "old", "static", [70.0, 70.0, 70.0], warmup=3)
+    record, _ = collect.collect([["new", new, "static"], ["old", old, "static"]], [], {})
+    assert (record["arms"]["new"]["cpu"], record["arms"]["old"]["cpu"], record["cpu"]) == (
+        "Xeon [amx_tile]",
+        None,
+        "Xeon [amx_tile]",
+    )
 
 
 def test_an_unknown_pair_or_a_missing_controller_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -5,7 +5,8 @@ single controller on the same seeds; arms may differ in their host knobs (`--hos
 `--host.lr_warmup_epochs`, `--host.width`), which a pairing across evals by `pair_evals.py`
 would not show. The record keeps every arm's command line, its knobs, its episodes and each
 requested pair's paired difference on the selection and the test split. Runs of different seeds,
-tasks, episode lengths, torch builds or CPU kernels are refused (one line, exit code 2).
+tasks, episode lengths, torch builds, CPU kernels or (where both arms record one) CPUs are
+refused (one line, exit code 2).
 
     python experiments/lr-warmup/collect.py --arm NAME RUN_DIR CONTROLLER [--arm ...] \
         --pair A B [--pair ...] --commit NAME COMMIT [...] [--host-variant NAME ...] \
@@ -32,6 +33,10 @@ from pathlib import Path
 from esper.karn.stats import estimate, paired_difference
 
 MUST_AGREE = ("seeds", "task", "max_epochs", "torch", "cpu_capability")
+CPU = "cpu"
+"""The CPU's model and kernel-choosing extensions (records since 2026-11-28): two arms that both
+name one must name the same, since two "AVX512" machines rounded one held episode apart. An arm
+recorded before the field existed is let through; each arm's summary says which CPU it ran on."""
 
 
 class CollectError(Exception):
@@ -115,11 +120,14 @@ def collect(
                 continue
             if record.get(key) != reference.get(key):
                 raise CollectError(f"collect: {key} of arm {name!r} is {record.get(key)!r}, not {reference.get(key)!r}")
+        if None not in (record.get(CPU), reference.get(CPU)) and record[CPU] != reference[CPU]:
+            raise CollectError(f"collect: {CPU} of arm {name!r} is {record[CPU]!r}, not {reference[CPU]!r}")
         by_arm[name] = rows
         summary[name] = {
             **provenance,
             **({"task": record["task"]} if name in host_variants else {}),
             "commit": commits.get(name, provenance.get("commit")),
+            CPU: record.get(CPU),
             "test_accuracy": estimate([r["test_accuracy"] for r in rows]).to_json(),
             "selection_accuracy": estimate([r["val_accuracy"] for r in rows]).to_json(),
             "mean_final_params": round(statistics.fmean(r["host_params"] + r["seed_params"] for r in rows), 1),
@@ -141,7 +149,9 @@ def collect(
                 "a_ahead_on_test": sum(x["test_accuracy"] > y["test_accuracy"] for x, y in zip(ra, rb, strict=True)),
             }
         )
-    record = {key: reference[key] for key in MUST_AGREE} | {"arms": summary, "paired": paired}
+    cpus = {arm[CPU] for arm in summary.values()} - {None}
+    record = {key: reference[key] for key in MUST_AGREE} | {CPU: cpus.pop() if len(cpus) == 1 else None}
+    record |= {"arms": summary, "paired": paired}
     # an arm held in a record of this script brings its old arm name: the new one replaces it
     episodes = [{"arm": name, **without_arm(row)} for name, rows in by_arm.items() for row in rows]
     return record, episodes
