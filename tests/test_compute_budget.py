@@ -27,7 +27,7 @@ from esper.tamiyo import (
 )
 from esper.tamiyo.baselines import NaiveGrowthController
 from esper.tolaria import TASKS
-from esper.tolaria.compute import training_flops_per_sample
+from esper.tolaria.compute import projection_twins, training_flops_per_sample
 from esper.tolaria.episode import run_episode
 
 SLOTS = ("early", "mid", "late")
@@ -82,6 +82,27 @@ def test_no_seed_costs_more_in_training_or_blending_than_at_alpha_1(host, sample
             assert costs[SeedStage.BLENDING] <= costs[SeedStage.PROBATIONARY], (name, blueprint, costs)
             slot.cull()
             slot.lifecycle.stage = SeedStage.DORMANT
+
+
+@pytest.mark.parametrize("merge_order", [("early", "mid"), ("mid", "early")])
+def test_two_merged_width_seeds_cost_no_more_than_projected(merge_order: tuple[str, str]) -> None:
+    """`mid`'s width seed, grown while `early`'s is live, reads only the host's channels; merged,
+    it reads `early`'s too, as zero weights: dearer than both blended, which the projection
+    must cover."""
+    sample = (torch.zeros(1, 3, 16, 16), torch.zeros(1, dtype=torch.long))
+    torch.manual_seed(0)
+    model = MorphogeneticModel(CNNHost(width=8, depth=3))
+    model.slot("early").germinate("widen_50", "a", BlendSchedule.LINEAR)
+    model.slot("early").lifecycle.stage = SeedStage.PROBATIONARY
+    twins = projection_twins(model, "mid", "widen_50")
+    projected = max(training_flops_per_sample(twin, sample) for twin in twins)
+    model.slot("mid").germinate("widen_50", "b", BlendSchedule.LINEAR)
+    for name in merge_order:
+        model.slot(name).lifecycle.stage = SeedStage.FOSSILIZED
+        model.merge_width_seed(name)
+    merged = training_flops_per_sample(model, sample)
+    assert merged <= projected
+    assert merged > training_flops_per_sample(twins[0], sample)  # blending alone would not cover it
 
 
 def test_an_epochs_sample_count_is_what_its_batches_hold() -> None:
@@ -177,6 +198,9 @@ def test_a_teacher_growing_what_fits_in_its_slot_can_be_cloned() -> None:
         0,
         spaces.actions.blueprints.index("widen_25"),
     )
+    blueprint_mask = demo.masks[0][len(LifecycleOp) + len(SLOTS) :][: len(spaces.actions.blueprints)]
+    fits = {b for b, ok in zip(spaces.actions.blueprints, blueprint_mask.tolist(), strict=True) if ok}
+    assert fits == {"widen_25"}  # widen_50 does not fit `early` yet: masked in that slot alone
 
 
 def test_the_heuristic_skips_a_slot_whose_blueprint_does_not_fit() -> None:

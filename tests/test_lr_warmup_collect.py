@@ -83,6 +83,14 @@ def test_an_arm_recorded_before_the_cpu_field_pairs_and_each_arm_names_its_cpu(t
     )
 
 
+def test_arms_of_two_cpus_are_refused_behind_an_arm_recorded_before_the_field(tmp_path: Path) -> None:
+    old = run_dir(tmp_path / "old", "static", [70.0, 70.0, 70.0], warmup=3)
+    amx = run_dir(tmp_path / "amx", "static", [70.0, 70.0, 70.0], warmup=3, cpu="Xeon [amx_tile]")
+    epyc = run_dir(tmp_path / "epyc", "static", [70.0, 70.0, 70.0], warmup=3, cpu="EPYC [avx512f]")
+    with pytest.raises(collect.CollectError, match=r"cpu of arm 'epyc' is 'EPYC \[avx512f\]', not 'Xeon"):
+        collect.collect([["old", old, "static"], ["amx", amx, "static"], ["epyc", epyc, "static"]], [], {})
+
+
 def test_an_unknown_pair_or_a_missing_controller_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     a = run_dir(tmp_path / "a", "static", [70.0, 70.0, 70.0], warmup=3)
     out, episodes = str(tmp_path / "r.json"), str(tmp_path / "e.jsonl")

@@ -112,6 +112,11 @@ def collect(
     if all(name in host_variants for name, _, _ in arms):
         raise CollectError("collect: every arm is a --host-variant; one arm must run the task itself")
     read = {name: read_arm(Path(run_dir), controller, seeds) for name, run_dir, controller in arms}
+    recorded = {name: read[name][0][CPU] for name, _, _ in arms if read[name][0].get(CPU) is not None}
+    if len(set(recorded.values())) > 1:
+        (first, cpu), *rest = recorded.items()
+        other, other_cpu = next((n, c) for n, c in rest if c != cpu)
+        raise CollectError(f"collect: {CPU} of arm {other!r} is {other_cpu!r}, not {cpu!r} (arm {first!r})")
     reference = next(read[name][0] for name, _, _ in arms if name not in host_variants)
     for name, _, _ in arms:
         record, provenance, rows = read[name]
@@ -120,8 +125,6 @@ def collect(
                 continue
             if record.get(key) != reference.get(key):
                 raise CollectError(f"collect: {key} of arm {name!r} is {record.get(key)!r}, not {reference.get(key)!r}")
-        if None not in (record.get(CPU), reference.get(CPU)) and record[CPU] != reference[CPU]:
-            raise CollectError(f"collect: {CPU} of arm {name!r} is {record[CPU]!r}, not {reference[CPU]!r}")
         by_arm[name] = rows
         summary[name] = {
             **provenance,

@@ -117,7 +117,8 @@ class GateThresholds:
     compute_budget: float | None = None
     """Most training FLOPs an episode may spend, in runs of its start host (1.5 lets growth add
     half a static run's compute); None: no limit. G0 refuses a germination that, projected to
-    the episode's last epoch with the new seed and every live seed blended in, would exceed it
+    the episode's last epoch with the new seed and every live seed blended in (or merged, if
+    dearer), would exceed it
     (`ComputeMeter.projected_train_share`), so a run ends within it whatever its seeds do. A
     controller reads the verdict as `SlotSignals.affordable_blueprints`."""
 

@@ -103,18 +103,26 @@ def projection_key(model: MorphogeneticModel) -> tuple:
     return tuple(tuple(p.shape) for p in model.parameters()), seeds
 
 
-def with_every_seed_blended(model: MorphogeneticModel, slot: str, blueprint: str) -> MorphogeneticModel:
-    """A copy of `model` with a seed of `blueprint` germinated in `slot` and every live seed at
-    alpha 1: the dearest a training epoch of that network can be, for a seed training in
-    isolation or part-blended computes no more than at alpha 1 (`tests/test_compute_budget.py`
-    checks every blueprint of both topologies). The copy's seed draws from a forked RNG."""
-    twin = copy.deepcopy(model)
+def projection_twins(model: MorphogeneticModel, slot: str, blueprint: str) -> tuple[MorphogeneticModel, ...]:
+    """Copies of `model` with a seed of `blueprint` germinated in `slot`: one with every live seed
+    blended in at alpha 1, one with every width seed also merged into the host, in host order.
+    Whatever the seeds do next, a training epoch costs no more than the dearer of the two. A seed
+    training in isolation or part-blended computes no more than at alpha 1, and a merge can cost
+    more than blending: a width seed grown beside a live one in the block before it reads only
+    the host's channels, but merged, it reads the other's too, as zero weights
+    (`tests/test_compute_budget.py` checks both). The new seed draws from a forked RNG."""
+    blended = copy.deepcopy(model)
     with torch.random.fork_rng(devices=[]):
-        twin.slot(slot).germinate(blueprint, "projected", BlendSchedule.LINEAR)
-    for s in twin.ordered_slots():
+        blended.slot(slot).germinate(blueprint, "projected", BlendSchedule.LINEAR)
+    for s in blended.ordered_slots():
         if s.seed is not None and s.lifecycle.is_live:
             s.lifecycle.stage = SeedStage.PROBATIONARY
-    return twin
+    merged = copy.deepcopy(blended)
+    for s in merged.ordered_slots():
+        if s.holds_width_seed:
+            s.lifecycle.stage = SeedStage.FOSSILIZED
+            merged.merge_width_seed(s.slot_id.name)
+    return blended, merged
 
 
 class ComputeMeter:
@@ -163,14 +171,16 @@ class ComputeMeter:
 
     def projected_train_share(self, model: MorphogeneticModel, slot: str, blueprint: str, epochs_left: int) -> float:
         """`train_share` at the episode's end if a seed of `blueprint` germinated in `slot` now:
-        what is spent, plus `epochs_left` epochs of the network with that seed and every live
-        seed blended in. An upper bound, whatever the seeds do next (a cull only lowers it), so a
-        run whose every germination passed it ends within it."""
+        what is spent, plus `epochs_left` epochs of the dearer of `projection_twins`. An upper
+        bound, whatever the seeds do next (a cull only lowers it), so a run whose every
+        germination passed it ends within it. 0 when an epoch trains on nothing."""
+        if not self._start_run_flops:
+            return 0.0
         key = ("projected", projection_key(model), slot, blueprint)
         if key not in self._per_sample:
             with torch.random.fork_rng(devices=[]):  # the twin's seed and a host's dropout draw here
-                twin = with_every_seed_blended(model, slot, blueprint)
-                self._per_sample[key] = training_flops_per_sample(twin, self.sample)
+                twins = projection_twins(model, slot, blueprint)
+                self._per_sample[key] = max(training_flops_per_sample(twin, self.sample) for twin in twins)
         ahead = self._per_sample[key] * self._samples_per_epoch * epochs_left
         return (self.train_flops + ahead) / self._start_run_flops
 
@@ -235,8 +245,11 @@ class ComputeBudget:
         return affordable
 
     def check(self, model: MorphogeneticModel, decision: Decision, signals: TrainingSignals, epochs_left: int) -> None:
-        """Refuse a germination the signals' `affordable_blueprints` exclude."""
-        if decision.op is not LifecycleOp.GERMINATE or signals.slot(decision.slot).affords(decision.blueprint):
+        """Refuse a germination into an empty slot that the signals' `affordable_blueprints`
+        exclude (one into a slot that is not empty the lifecycle's own G0 refuses)."""
+        if decision.op is not LifecycleOp.GERMINATE or model.slot(decision.slot).stage is not SeedStage.DORMANT:
+            return
+        if signals.slot(decision.slot).affords(decision.blueprint):
             return
         share = self.meter.projected_train_share(model, decision.slot, decision.blueprint, epochs_left)
         raise GateRefused(
