@@ -29,6 +29,7 @@ from esper.tamiyo.baselines import NaiveGrowthController
 from esper.tolaria import TASKS
 from esper.tolaria.compute import projection_twins, training_flops_per_sample
 from esper.tolaria.episode import run_episode
+from test_heuristic import slot as heuristic_slot
 
 SLOTS = ("early", "mid", "late")
 
@@ -38,20 +39,7 @@ def budgeted_env(budget: float | None, **kwargs):
 
 
 def dormant(name: str, affordable: tuple[str, ...] | None) -> SlotSignals:
-    return SlotSignals(
-        name=name,
-        index=SLOTS.index(name),
-        enabled=True,
-        stage=SeedStage.DORMANT,
-        epochs_in_stage=3,
-        alpha=0.0,
-        blueprint=None,
-        seed_id=None,
-        contribution=None,
-        grad_norm=None,
-        param_count=0,
-        affordable_blueprints=affordable,
-    )
+    return heuristic_slot(name, affordable_blueprints=affordable)
 
 
 @pytest.mark.parametrize(
