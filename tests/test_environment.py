@@ -9,6 +9,7 @@ from conftest import assert_signals_measure_the_model_left, make_env, tiny_text_
 from esper.kasmina import GateRefused
 from esper.leyline import Decision, GateThresholds, InvalidDecision, LifecycleOp, SeedStage
 from esper.tolaria import TASKS
+from esper.tolaria.seeds import SeedRecord
 
 
 def run(env, decisions):
@@ -156,3 +157,33 @@ def test_a_task_declares_the_slots_its_host_has(name: str) -> None:
     task = TASKS[name]
     assert task.slot_ids == task.build_host().slot_ids
     assert task.slot_ids == task.build_host(task.host_width + 3).slot_ids
+
+
+def test_a_seed_record_says_why_its_seed_was_culled() -> None:
+    """The episode's record keeps the cull's cause: a gate's reading, or the controller's reason;
+    a rollback that undoes the cull forgets it; the field survives JSON."""
+    thresholds = GateThresholds(probation_cull_contribution=1e9)  # every probationary seed is culled
+    env = make_env(max_epochs=12, thresholds=thresholds)
+    env.reset(0)
+    env.step(Decision(LifecycleOp.GERMINATE, "mid", "conv_light"))
+    while env.model.slot("mid").seed is not None:
+        env.step(Decision.wait())
+    (gated,) = env.seeds.records
+    assert gated.final_stage == "CULLED" and gated.cull_reason.startswith("auto-cull: contribution")
+    assert SeedRecord.from_json(gated.to_json()) == gated
+
+    env = make_env(max_epochs=6)
+    env.reset(0)
+    env.step(Decision(LifecycleOp.GERMINATE, "late", "conv_light"))
+    assert env.seeds.records[0].cull_reason is None
+    before = env.seeds.counters()
+    env.step(Decision(LifecycleOp.CULL, "late", reason="too slow"))
+    assert env.seeds.records[0].cull_reason == "too slow"
+    env.seeds.restore_counters(before)
+    assert env.seeds.records[0].cull_reason is None and env.seeds.records[0].final_stage == "TRAINING"
+
+
+def test_a_seed_record_saved_before_cull_reasons_loads() -> None:
+    old = {"seed_id": "seed-1", "slot": "mid", "blueprint": "widen_50", "schedule": "linear", "param_count": 5,
+           "stage_history": [[3, "GERMINATED"], [5, "CULLED"]], "final_stage": "CULLED"}  # fmt: skip
+    assert SeedRecord.from_json(old).cull_reason is None

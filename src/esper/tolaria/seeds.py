@@ -36,6 +36,9 @@ class SeedRecord:
     schedule: str
     param_count: int
     stage_history: list[tuple[int, str]]
+    cull_reason: str | None = None
+    """Why the seed was culled (the gate's rule with its reading, or the controller), when it
+    was: an episode's record tells a cull on a contribution reading from a controller's choice."""
 
     @property
     def final_stage(self) -> str:
@@ -50,6 +53,7 @@ class SeedRecord:
             data["schedule"],
             int(data["param_count"]),
             [(int(epoch), str(stage)) for epoch, stage in data["stage_history"]],
+            data.get("cull_reason"),  # absent from records saved before 2026-11-28
         )
 
     def to_json(self) -> dict[str, object]:
@@ -61,6 +65,7 @@ class SeedRecord:
             "param_count": self.param_count,
             "stage_history": [list(p) for p in self.stage_history],
             "final_stage": self.final_stage,
+            "cull_reason": self.cull_reason,
         }
 
 
@@ -181,6 +186,8 @@ class LifecycleExecutor:
         del self.records[counters["records"] :]
         for record in self.records:
             del record.stage_history[counters["history_lengths"][record.seed_id] :]
+            if not record.stage_history or record.final_stage != SeedStage.CULLED.name:
+                record.cull_reason = None  # the rollback undid the cull
         by_id = {r.seed_id: r for r in self.records}
         self.live = {slot: by_id[seed_id] for slot, seed_id in counters["live"].items()}
 
@@ -194,6 +201,8 @@ class LifecycleExecutor:
                 slot, record.seed_id if record else None, record.blueprint if record else None, change
             )
             if change.target is SeedStage.CULLED:
+                if record is not None:
+                    record.cull_reason = change.reason
                 self.live.pop(slot, None)
                 record = None
         return [(slot, c) for c in changes]
