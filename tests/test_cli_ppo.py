@@ -145,6 +145,7 @@ def test_resume_from_an_older_round_refuses_to_overwrite_later_checkpoints(
         (["--devices", "gpu0"], ("malformed device 'gpu0'", "available devices: cpu")),
         (["--amp", "bf16"], ("--amp bf16 is for CUDA hosts", "cpu")),
         (["--amp", "fp8"], ("unknown --amp precision 'fp8'", "bf16 fp16")),
+        (["--observe-budget"], ("--observe-budget needs a compute budget", "--gates.compute_budget")),
     ],
 )
 def test_bad_arguments_get_one_line_and_exit_2(
@@ -308,3 +309,28 @@ def test_help_knobs_of_an_unknown_group_is_one_line(capsys) -> None:
     assert main(["heuristic", "--help-knobs", "bogus"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "'bogus'" in err and "heuristic gates governor host" in err
+
+
+def test_a_policy_that_observes_the_budget_is_saved_and_loaded_with_its_layout(
+    tiny_tasks, workdir: Path, tmp_path: Path
+) -> None:
+    """`--observe-budget` widens the observation by the budget's block; the checkpoint records
+    it, and the loaded policy is shaped alike and acts under an eval's budget."""
+    from esper.simic.controller import PolicyController
+
+    run_dir = tmp_path / "run"
+    budget = ["--gates.compute_budget", "1.5", "--blueprints", "widen_50", "conv_light"]
+    assert main(["ppo", "--episodes", "2", *TINY, *budget, "--observe-budget", "--run-dir", str(run_dir)]) == 0
+    checkpoint = run_dir / "checkpoints" / "round-0001.pt"
+    controller = PolicyController.from_checkpoint(checkpoint)
+    layout = controller.spaces.layout
+    assert layout.budget_blueprints == ("conv_light", "widen_50")
+    assert layout.feature_names()[-7:] == (
+        "compute_budget_used",
+        *(f"{slot}.fits_{b}" for slot in ("early", "mid", "late") for b in ("conv_light", "widen_50")),
+    )
+    plain = PolicyController.fresh(TASKS["shapes"], ("widen_50", "conv_light"))
+    assert layout.obs_dim == plain.spaces.layout.obs_dim + 7
+    eval_dir = tmp_path / "eval"
+    argv = ["eval", "--task", "shapes", "--controllers", f"policy:{checkpoint}", "--seeds", "50:51", "--quiet"]
+    assert main([*argv, "--max-epochs", "2", "--gates.compute_budget", "1.5", "--run-dir", str(eval_dir)]) == 0

@@ -109,3 +109,27 @@ def test_a_policy_allowed_width_blueprints_sees_them_and_can_choose_them() -> No
     assert sum(v for k, v in mid.items() if k.startswith("blueprint_")) == 1.0
     allowed = dict(zip(wide.actions.blueprints, wide.actions.blueprint_mask().tolist(), strict=True))
     assert allowed == {b: b in ("conv_light", "widen_25") for b in wide.actions.blueprints}
+
+
+@pytest.mark.parametrize("budget", [None, 1.3])
+def test_the_budget_block_shows_the_share_spent_and_what_fits_where(budget: float | None) -> None:
+    """With `observe_budget` the observation ends with the budget's share spent and, per slot and
+    blueprint, whether a germination fits now: the env's own verdict; no budget, every empty slot."""
+    from esper.leyline import GateThresholds
+
+    spaces = PolicySpaces.derive(Topology.CNN, ("early", "mid", "late"), ("conv_light", "conv_heavy"), True)
+    layout = spaces.layout
+    assert PolicySpaces.derive(Topology.CNN, ("early", "mid", "late"), ("conv_light", "conv_heavy")).layout == LAYOUT
+    env = make_env(max_epochs=8, thresholds=GateThresholds(compute_budget=budget))
+    env.reset(0)
+    env.step(Decision(LifecycleOp.GERMINATE, "late", "conv_heavy"))
+    env.step(Decision.wait())
+    obs = dict(zip(layout.feature_names(), layout.featurize(env.signals).tolist(), strict=True))
+    spent = 0.0 if budget is None else env.compute.train_share / budget
+    assert obs["compute_budget_used"] == pytest.approx(spent) and (budget is None or spent > 0)
+    for slot in env.signals.slots:
+        for blueprint in ("conv_light", "conv_heavy"):
+            fits = slot.seed_id is None and (budget is None or blueprint in slot.affordable_blueprints)
+            assert obs[f"{slot.name}.fits_{blueprint}"] == float(fits), (slot.name, blueprint)
+    assert obs["late.fits_conv_light"] == 0.0  # the slot holds a seed
+    assert LAYOUT.featurize(env.signals).tolist() == layout.featurize(env.signals).tolist()[: LAYOUT.obs_dim]

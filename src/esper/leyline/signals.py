@@ -79,6 +79,10 @@ class TrainingSignals:
     """Training FLOPs spent so far beyond what the start host alone would have spent on the same
     epochs, over the start host's whole run: 0 for a static host. A reward's compute price
     charges it (`esper.simic.rewards`); the observation does not show it."""
+    compute_budget_used: float = 0.0
+    """Training FLOPs spent so far over the run's compute budget (`GateThresholds.compute_budget`
+    start-host runs): 0 without a budget, 1 when spent. A policy run with `--observe-budget` sees
+    it, so it can tell how much of the budget its growth has left."""
 
     @property
     def seed_param_share(self) -> float:

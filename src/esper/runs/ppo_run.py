@@ -25,6 +25,7 @@ from tqdm import tqdm
 from esper.karn import write_json_atomic, write_torch_atomic
 from esper.karn.rundir import read_jsonl
 from esper.kasmina.blueprints import blueprint_names
+from esper.leyline import GateThresholds
 from esper.nissa import ROUND_METRICS, Event, TelemetryHub
 from esper.runs.common import (
     AlreadyFinished,
@@ -99,6 +100,7 @@ DEFAULTS: dict[str, Any] = {
     "max_germinations": 6,
     "blueprints": None,  # all of the topology's
     "hidden": 128,
+    "observe_budget": False,
     "device": "cpu",
     "devices": None,  # --device
     "seed": 0,
@@ -178,7 +180,7 @@ def resolve_ppo(args: argparse.Namespace, rest: Sequence[str] = (), ctx: DistCon
     blueprints = policy_blueprints(task, settings["blueprints"])
     check_blueprints_fit(task, knobs["host"].width, slots, blueprints)
     config = trainer_config(settings, knobs)
-    spaces = PolicySpaces.derive(task.topology, task.slot_names, blueprints).signature()
+    spaces = policy_spaces(task, blueprints, config.observe_budget, knobs["gates"])
     init_policy = resolve_init_policy(settings, resume, task, spaces)
     if resume is not None:
         # A run directory whose last checkpoint is its last round but which has no summary (killed
@@ -219,6 +221,15 @@ def resolve_ppo(args: argparse.Namespace, rest: Sequence[str] = (), ctx: DistCon
         clonings=past_clonings(resume or init_policy),
         init_policy=init_policy,
     )  # fmt: skip
+
+
+def policy_spaces(
+    task: TaskSpec, blueprints: tuple[str, ...], observe_budget: bool, gates: GateThresholds
+) -> dict[str, Any]:
+    """The signature of the spaces the run's policy is shaped for; a budget to observe must be set."""
+    if observe_budget and gates.compute_budget is None:
+        raise UsageError("--observe-budget needs a compute budget to observe: pass --gates.compute_budget B")
+    return PolicySpaces.derive(task.topology, task.slot_names, blueprints, observe_budget).signature()
 
 
 def policy_blueprints(task: TaskSpec, given: Sequence[str] | None) -> tuple[str, ...]:
@@ -296,6 +307,7 @@ def trainer_config(settings: dict[str, Any], knobs: dict[str, Any]) -> TrainerCo
             n_envs=settings["n_envs"],
             rng_seed=settings["seed"],
             hidden=settings["hidden"],
+            observe_budget=bool(settings["observe_budget"]),
             reward=knobs["reward"],
             ppo=knobs["ppo"],
         )

@@ -147,6 +147,13 @@ def add_ppo_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--episodes", type=int, help="total episodes of the run, counting resumed ones (default 8)")
     p.add_argument("--n-envs", type=int, help="envs stepped together; one round = one episode each (default 4)")
     p.add_argument("--hidden", type=int, help="width of the policy's layers and LSTM (default 128)")
+    p.add_argument(
+        "--observe-budget",
+        action="store_true",
+        default=None,
+        help="the policy sees the compute budget (needs --gates.compute_budget): the share spent, and per slot "
+        "and blueprint whether a germination fits it now",
+    )
     add_tracking_flags(p)
     p.add_argument("--device", help="device of the policy, and of the envs unless --devices (default cpu)")
     p.add_argument("--devices", nargs="+", help="devices the envs are spread over, round-robin")

@@ -57,10 +57,15 @@ class PolicyController:
 
     @staticmethod
     def fresh(
-        task: TaskSpec, blueprints: Sequence[str] | None = None, rng_seed: int = 0, hidden: int = 128, **kwargs
+        task: TaskSpec,
+        blueprints: Sequence[str] | None = None,
+        rng_seed: int = 0,
+        hidden: int = 128,
+        observe_budget: bool = False,
+        **kwargs,
     ) -> PolicyController:
         """An untrained policy for `task`'s host, initialised from `rng_seed`."""
-        spaces = PolicySpaces.derive(task.topology, task.slot_names, blueprints)
+        spaces = PolicySpaces.derive(task.topology, task.slot_names, blueprints, observe_budget)
         with seeded_init(rng_seed):
             policy = RecurrentPolicy(spaces.layout.obs_dim, spaces.actions.head_sizes, hidden, hidden)
         return PolicyController(policy, spaces, RunningMeanStd(spaces.layout.obs_dim), rng_seed=rng_seed, **kwargs)
@@ -74,7 +79,9 @@ class PolicyController:
         payload = read_checkpoint(path, POLICY_KEYS)
         task = get_task(payload["settings"]["task"])
         # the run's --blueprints (None: all): the signature lists the head's full order, not these
-        spaces = PolicySpaces.derive(task.topology, task.slot_names, payload["settings"].get("blueprints"))
+        blueprints = payload["settings"].get("blueprints")
+        observe_budget = bool(payload["trainer"].get("observe_budget", False))  # absent before 2026-11-28
+        spaces = PolicySpaces.derive(task.topology, task.slot_names, blueprints, observe_budget)
         check_compatible(path, payload["spaces"], spaces.signature())
         hidden = int(payload["trainer"]["hidden"])
         policy = RecurrentPolicy(spaces.layout.obs_dim, spaces.actions.head_sizes, hidden, hidden)

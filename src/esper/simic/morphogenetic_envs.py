@@ -46,6 +46,8 @@ class TrainerConfig:
     n_envs: int
     rng_seed: int = 0
     hidden: int = 128
+    observe_budget: bool = False
+    """The policy observes the compute budget (`ObservationLayout.budget_blueprints`)."""
     reward: RewardConfig = field(default_factory=RewardConfig)
     ppo: PPOConfig = field(default_factory=lambda: PPOConfig(gamma=1.0))
     """gamma 1: an episode is one finite host training run with time in the observation, so
@@ -302,7 +304,7 @@ def build_trainer(
     baseline a static twin. Episode `e` trains with the RNG seed `episode_seeds` gives it, on
     whichever rank runs it."""
     task = env_config.task
-    spaces = PolicySpaces.derive(task.topology, task.slot_names, blueprints)
+    spaces = PolicySpaces.derive(task.topology, task.slot_names, blueprints, config.observe_budget)
     panics_end = dataclasses.replace(env_config, end_episode_on_panic=True)
     envs = [
         MorphogeneticEnv(dataclasses.replace(panics_end, device=device), data, emit)

@@ -1,6 +1,8 @@
 """The observation a learned controller sees: a fixed-size vector with a documented layout.
 
-Layout: the global block, then one block per slot in host order. Every feature is scaled
+Layout: the global block, then one block per slot in host order, then (a policy run with
+`--observe-budget`) the compute budget's block: the share of the budget spent, and per slot and
+blueprint whether a germination there now fits it. Every feature is scaled
 deterministically here (fractions, logs of parameter counts, bounded squashes), so values stay
 in a small range before any running normalisation. An empty slot's block is all zeros.
 """
@@ -70,6 +72,11 @@ class ObservationLayout:
     width_blueprints: tuple[str, ...] = ()
     """Width blueprints a run allows: each gets a one-hot after the residual ones, so a policy
     sees which kind of seed a slot holds. None allowed: the layout of every earlier policy."""
+    budget_blueprints: tuple[str, ...] = ()
+    """Blueprints whose fit under the compute budget the policy sees, per slot (`esper ppo
+    --observe-budget`: the blueprints it may choose). The masks alone keep a policy within the
+    budget but do not tell its value or its choices when a dearer seed will fit. None: no budget
+    block, the layout of every earlier policy."""
 
     @property
     def slot_features(self) -> tuple[str, ...]:
@@ -81,8 +88,15 @@ class ObservationLayout:
         return (*blueprint_names(self.topology), *self.width_blueprints)
 
     @property
+    def budget_features(self) -> tuple[str, ...]:
+        if not self.budget_blueprints:
+            return ()
+        fits = tuple(f"{slot}.fits_{b}" for slot in self.slot_names for b in self.budget_blueprints)
+        return ("compute_budget_used", *fits)
+
+    @property
     def obs_dim(self) -> int:
-        return len(GLOBAL_FEATURES) + len(self.slot_names) * len(self.slot_features)
+        return len(GLOBAL_FEATURES) + len(self.slot_names) * len(self.slot_features) + len(self.budget_features)
 
     def slot_slice(self, name: str) -> slice:
         """Where slot `name`'s block sits in the observation."""
@@ -93,7 +107,7 @@ class ObservationLayout:
 
     def feature_names(self) -> tuple[str, ...]:
         per_slot = tuple(f"{slot}.{f}" for slot in self.slot_names for f in self.slot_features)
-        return GLOBAL_FEATURES + per_slot
+        return GLOBAL_FEATURES + per_slot + self.budget_features
 
     def featurize(self, signals: TrainingSignals) -> torch.Tensor:
         """The observation for one env, float32 of shape (obs_dim,)."""
@@ -104,7 +118,20 @@ class ObservationLayout:
         values = _global_features(signals)
         for slot in signals.slots:
             values += self._slot_features(slot, signals)
+        if self.budget_blueprints:
+            values += self._budget_features(signals)
         return torch.tensor(values, dtype=torch.float32)
+
+    def _budget_features(self, signals: TrainingSignals) -> list[float]:
+        """The budget's share spent (capped at 2), then per slot and blueprint 1 where a
+        germination now keeps the run within the budget (`SlotSignals.affords`; always, without
+        a budget) and the slot can take one at all."""
+        fits = [
+            float(s.affords(b) and (s.affordable_blueprints is not None or s.seed_id is None))
+            for s in signals.slots
+            for b in self.budget_blueprints
+        ]
+        return [min(signals.compute_budget_used, 2.0), *fits]
 
     def _slot_features(self, s: SlotSignals, signals: TrainingSignals) -> list[float]:
         if s.seed_id is None:

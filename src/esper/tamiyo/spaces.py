@@ -20,13 +20,21 @@ class PolicySpaces:
     actions: ActionSpace
 
     @staticmethod
-    def derive(topology: Topology, slot_names: Sequence[str], blueprints: Sequence[str] | None = None) -> PolicySpaces:
+    def derive(
+        topology: Topology,
+        slot_names: Sequence[str],
+        blueprints: Sequence[str] | None = None,
+        observe_budget: bool = False,
+    ) -> PolicySpaces:
         """The spaces of a policy for a host's slots; `blueprints` narrows the blueprint head, and
-        the width blueprints among them join the head and the observation's blueprint one-hot."""
+        the width blueprints among them join the head and the observation's blueprint one-hot;
+        `observe_budget` adds the compute budget's block for the head's blueprints."""
         slots = tuple(slot_names)
         actions = ActionSpace(topology, slots, blueprints)
         width = tuple(b for b in actions.blueprints if b not in blueprint_names(topology))
-        return PolicySpaces(ObservationLayout(topology, slots, width), actions)
+        allowed = set(actions.allowed_blueprints or actions.blueprints)
+        budget = tuple(b for b in actions.blueprints if b in allowed) if observe_budget else ()
+        return PolicySpaces(ObservationLayout(topology, slots, width, budget), actions)
 
     def signature(self) -> dict:
         """What a policy's weights are shaped for, as plain data: a checkpoint records it, and a

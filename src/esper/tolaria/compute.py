@@ -244,6 +244,10 @@ class ComputeBudget:
             )
         return affordable
 
+    def used(self) -> float:
+        """Training FLOPs spent so far over the budget's; 0 without a budget."""
+        return self.meter.train_share / self.budget if self.budget is not None else 0.0
+
     def check(self, model: MorphogeneticModel, decision: Decision, signals: TrainingSignals, epochs_left: int) -> None:
         """Refuse a germination into an empty slot that the signals' `affordable_blueprints`
         exclude (one into a slot that is not empty the lifecycle's own G0 refuses)."""

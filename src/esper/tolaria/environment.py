@@ -388,4 +388,5 @@ class MorphogeneticEnv:
             self.seeds.last_germination_epoch,
             healthy=healthy,
             extra_compute_share=self.compute.extra_train_share,
+            compute_budget_used=self.budget.used(),
         )

@@ -53,6 +53,7 @@ class SignalTracker:
         last_germination_epoch: int | None,
         healthy: bool = True,
         extra_compute_share: float = 0.0,
+        compute_budget_used: float = 0.0,
     ) -> TrainingSignals:
         """Signals after `epoch`. An unhealthy epoch (rolled back by the governor) repeats the
         last measurements and changes no history: it is neither progress nor a plateau."""
@@ -83,6 +84,7 @@ class SignalTracker:
             epochs_since_germination=since,
             slots=slots,
             extra_compute_share=extra_compute_share,
+            compute_budget_used=compute_budget_used,
         )
 
 
