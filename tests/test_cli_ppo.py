@@ -14,6 +14,7 @@ import esper
 from conftest import tiny_shapes_task, tiny_text_task, tree
 from esper.scripts.cli import main
 from esper.simic.checkpoint import CHECKPOINT_FORMAT
+from esper.simic.controller import PolicyController
 from esper.simic.morphogenetic_envs import TIMING_METRICS
 from esper.tolaria import TASKS
 from esper.tolaria.grown import read_grown
@@ -316,8 +317,6 @@ def test_a_policy_that_observes_the_budget_is_saved_and_loaded_with_its_layout(
 ) -> None:
     """`--observe-budget` widens the observation by the budget's block; the checkpoint records
     it, and the loaded policy is shaped alike and acts under an eval's budget."""
-    from esper.simic.controller import PolicyController
-
     run_dir = tmp_path / "run"
     budget = ["--gates.compute_budget", "1.5", "--blueprints", "widen_50", "conv_light"]
     assert main(["ppo", "--episodes", "2", *TINY, *budget, "--observe-budget", "--run-dir", str(run_dir)]) == 0

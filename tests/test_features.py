@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from conftest import make_env
 from esper.kasmina import Topology
-from esper.leyline import Decision, LifecycleOp, SeedStage
+from esper.leyline import Decision, GateThresholds, LifecycleOp, SeedStage
 from esper.simic import RunningMeanStd
 from esper.tamiyo import GLOBAL_FEATURES, ObservationLayout, PolicySpaces
 
@@ -115,8 +115,6 @@ def test_a_policy_allowed_width_blueprints_sees_them_and_can_choose_them() -> No
 def test_the_budget_block_shows_the_share_spent_and_what_fits_where(budget: float | None) -> None:
     """With `observe_budget` the observation ends with the budget's share spent and, per slot and
     blueprint, whether a germination fits now: the env's own verdict; no budget, every empty slot."""
-    from esper.leyline import GateThresholds
-
     spaces = PolicySpaces.derive(Topology.CNN, ("early", "mid", "late"), ("conv_light", "conv_heavy"), True)
     layout = spaces.layout
     assert PolicySpaces.derive(Topology.CNN, ("early", "mid", "late"), ("conv_light", "conv_heavy")).layout == LAYOUT

@@ -43,6 +43,12 @@ class ActionSpace:
         return residual + tuple(b for b in self.allowed_blueprints or () if b not in residual)
 
     @property
+    def choosable_blueprints(self) -> tuple[str, ...]:
+        """The blueprints the head may pick, in the head's order: the allowed ones."""
+        allowed = set(self.allowed_blueprints or self.blueprints)
+        return tuple(b for b in self.blueprints if b in allowed)
+
+    @property
     def head_sizes(self) -> tuple[int, ...]:
         return (len(LifecycleOp), len(self.slot_names), len(self.blueprints), len(BlendSchedule))
 
@@ -70,7 +76,7 @@ class ActionSpace:
     def blueprint_mask(self, s: SlotSignals | None = None) -> torch.Tensor:
         """The blueprints the head may pick: the allowed ones, and to germinate in slot `s` only
         those that keep the run within its compute budget (`SlotSignals.affords`)."""
-        allowed = set(self.allowed_blueprints or self.blueprints)
+        allowed = self.choosable_blueprints
         return torch.tensor([b in allowed and (s is None or s.affords(b)) for b in self.blueprints])
 
     @staticmethod

@@ -124,10 +124,10 @@ class ObservationLayout:
 
     def _budget_features(self, signals: TrainingSignals) -> list[float]:
         """The budget's share spent (capped at 2), then per slot and blueprint 1 where a
-        germination now keeps the run within the budget (`SlotSignals.affords`; always, without
-        a budget) and the slot can take one at all."""
+        germination now fits: the env's verdict (`SlotSignals.affords`, none in a slot that holds
+        a seed) under a budget, every empty slot without one."""
         fits = [
-            float(s.affords(b) and (s.affordable_blueprints is not None or s.seed_id is None))
+            float(s.affords(b) if s.affordable_blueprints is not None else s.seed_id is None)
             for s in signals.slots
             for b in self.budget_blueprints
         ]

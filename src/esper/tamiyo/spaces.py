@@ -32,8 +32,7 @@ class PolicySpaces:
         slots = tuple(slot_names)
         actions = ActionSpace(topology, slots, blueprints)
         width = tuple(b for b in actions.blueprints if b not in blueprint_names(topology))
-        allowed = set(actions.allowed_blueprints or actions.blueprints)
-        budget = tuple(b for b in actions.blueprints if b in allowed) if observe_budget else ()
+        budget = actions.choosable_blueprints if observe_budget else ()
         return PolicySpaces(ObservationLayout(topology, slots, width, budget), actions)
 
     def signature(self) -> dict:
