@@ -12,7 +12,16 @@ from hypothesis import strategies as st
 
 from conftest import make_env, tiny_shapes_data, tiny_shapes_task, tiny_text_task, training_signals
 from esper.kasmina import CNNHost, GateRefused, MorphogeneticModel, Topology, TransformerHost
-from esper.leyline import BlendSchedule, Decision, GateThresholds, LifecycleOp, SeedStage, SlotSignals
+from esper.leyline import (
+    BlendSchedule,
+    BudgetProjections,
+    Decision,
+    GateThresholds,
+    LifecycleOp,
+    SeedStage,
+    SlotSignals,
+    TrainingSignals,
+)
 from esper.scripts.cli import main
 from esper.simic.cloning import demonstrate
 from esper.simic.rewards import RewardConfig, RewardFunction
@@ -199,6 +208,50 @@ def test_the_heuristic_skips_a_slot_whose_blueprint_does_not_fit() -> None:
     assert (decision.op, decision.slot, decision.blueprint) == (LifecycleOp.GERMINATE, "mid", "conv_heavy")
     nothing_fits = tuple(dormant(name, ()) for name in SLOTS)
     assert heuristic.decide(training_signals(nothing_fits)).op is LifecycleOp.WAIT
+
+
+def test_a_run_as_it_stands_projects_to_one_start_host_run() -> None:
+    projections = budgeted_env(1.5).reset(0).budget_projections
+    assert projections.standing == pytest.approx(1.0, abs=1e-12)
+    assert projections.per_slot["early"]["widen_50"] > 1.0
+    assert projections.affordable()["early"] == budgeted_env(1.5).reset(0).slot("early").affordable_blueprints
+
+
+def plan_signals(early: float, mid: float) -> TrainingSignals:
+    """Two empty slots whose widen_50 alone ends the run at `early` and `mid` start-host runs,
+    against a budget of 1.5 and a run that ends at 1.0 as it stands."""
+    per_slot = {"early": {"widen_50": early}, "mid": {"widen_50": mid}, "late": {}}
+    affordable = {name: tuple(b for b, s in by_bp.items() if s <= 1.5) for name, by_bp in per_slot.items()}
+    slots = tuple(dormant(name, affordable[name]) for name in SLOTS)
+    return training_signals(slots, budget_projections=BudgetProjections(1.5, 1.0, per_slot))
+
+
+@pytest.mark.parametrize(("early", "mid", "grows"), [(1.3, 1.3, False), (1.2, 1.3, True), (1.2, 1.6, False)])
+def test_growing_together_waits_until_every_planned_seed_fits_beside_the_others(early, mid, grows) -> None:
+    """Each seed alone fits at 1.3, but the two add 0.3 + 0.3 to the run's 1.0: over 1.5."""
+    config = HeuristicConfig(warmup_epochs=0, blueprint_order=("widen_50",), slots=("early", "mid"))
+    alone = HeuristicController(Topology.CNN, SLOTS, config=config).decide(plan_signals(early, mid))
+    together = dataclasses.replace(config, grow_together=True)
+    decision = HeuristicController(Topology.CNN, SLOTS, config=together).decide(plan_signals(early, mid))
+    assert (decision.op, decision.slot) == ((LifecycleOp.GERMINATE, "early") if grows else (LifecycleOp.WAIT, None))
+    assert alone.op is (LifecycleOp.GERMINATE if early <= 1.5 else LifecycleOp.WAIT)
+
+
+def test_grown_together_the_second_seed_follows_the_first_within_the_budget() -> None:
+    """Grown as each fits, `early` takes the budget's room at once and `mid` waits; grown
+    together, both wait for the epoch at which the pair fits, and the run ends within it."""
+    knobs = {"warmup_epochs": 0, "plateau_patience": 0, "germination_cooldown": 1, "blueprint_order": ["widen_50"]}
+    epochs = {}
+    for together in (False, True):
+        env = budgeted_env(1.5, max_epochs=10)
+        config = HeuristicConfig().with_knobs({**knobs, "slots": ["early", "mid"], "grow_together": together})
+        outcome = run_episode(
+            env, HeuristicController(Topology.CNN, SLOTS, config=config, thresholds=env.config.thresholds), 0, 0
+        )
+        epochs[together] = {r.slot: r.stage_history[0][0] for r in outcome.records}
+        assert env.compute.train_share <= 1.5
+    assert epochs[False]["early"] < epochs[True]["early"]
+    assert epochs[True]["mid"] - epochs[True]["early"] < epochs[False]["mid"] - epochs[False]["early"]
 
 
 def test_a_budget_below_one_start_host_run_is_one_line_exit_2(tmp_path, capsys, monkeypatch) -> None:

@@ -8,7 +8,7 @@ contracts can be read, tested and reasoned about without a model.
 
 from esper.leyline.constants import GateThresholds, gradient_is_exploding, gradient_is_healthy, gradient_is_vanishing
 from esper.leyline.ops import BlendSchedule, Decision, InvalidDecision, LifecycleOp
-from esper.leyline.signals import SlotSignals, TrainingSignals
+from esper.leyline.signals import BudgetProjections, SlotSignals, TrainingSignals
 from esper.leyline.slots import SlotId, parse_slots
 from esper.leyline.stages import (
     LIVE_STAGES,
@@ -24,6 +24,7 @@ __all__ = [
     "SEED_BEARING_STAGES",
     "TRANSITIONS",
     "BlendSchedule",
+    "BudgetProjections",
     "Decision",
     "GateThresholds",
     "InvalidDecision",

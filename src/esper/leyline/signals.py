@@ -56,6 +56,23 @@ class SlotSignals:
 
 
 @dataclass(frozen=True)
+class BudgetProjections:
+    """A run's training FLOPs projected to its last epoch, in start-host runs, against its
+    compute budget (`GateThresholds.compute_budget`): what G0 decides on, and what a controller
+    planning several seeds needs to know which fit together (`HeuristicConfig.grow_together`)."""
+
+    budget: float
+    standing: float
+    """With no further germination (every live seed blended in, or merged if dearer)."""
+    per_slot: dict[str, dict[str, float]]
+    """Per slot, per blueprint: with that seed germinated there now (empty: no germination)."""
+
+    def affordable(self) -> dict[str, tuple[str, ...]]:
+        """Per slot, the blueprints a germination now keeps within the budget: what G0 allows."""
+        return {name: tuple(bp for bp, s in by_bp.items() if s <= self.budget) for name, by_bp in self.per_slot.items()}
+
+
+@dataclass(frozen=True)
 class TrainingSignals:
     """Global signals of one env after an epoch, with every slot's signals in host order."""
 
@@ -83,6 +100,9 @@ class TrainingSignals:
     """Training FLOPs spent so far over the run's compute budget (`GateThresholds.compute_budget`
     start-host runs): 0 without a budget, 1 when spent. A policy run with `--observe-budget` sees
     it, so it can tell how much of the budget its growth has left."""
+    budget_projections: BudgetProjections | None = None
+    """Where the run's training FLOPs end against its compute budget, as it stands and with each
+    germination open now; None without a budget. The observation does not show it."""
 
     @property
     def seed_param_share(self) -> float:

@@ -10,7 +10,7 @@ from typing import Any
 
 from esper.kasmina.blueprints import Topology, WidthBlueprint, blueprint_names, get_blueprint
 from esper.kasmina.lifecycle import StageChange
-from esper.leyline import BlendSchedule, Decision, GateThresholds, LifecycleOp, SeedStage, TrainingSignals
+from esper.leyline import BlendSchedule, Decision, GateThresholds, LifecycleOp, SeedStage, SlotSignals, TrainingSignals
 
 PREFERRED_BLUEPRINTS: dict[Topology, tuple[str, ...]] = {
     Topology.CNN: ("conv_heavy", "conv_light", "depthwise", "bottleneck", "attention", "norm"),
@@ -70,6 +70,13 @@ class HeuristicConfig:
     slots: tuple[str, ...] = ()
     """Slots it may germinate in, of the run's enabled ones; empty: every enabled slot. Narrows
     this heuristic alone: other controllers of the run keep the run's `--slots`."""
+    grow_together: bool = False
+    """Under a compute budget, germinate only while the next seed of every empty slot it may use
+    would fit the budget together, so that the budget, not the order of the slots, sets when the
+    last one grows: grown one by one as each fits, the first seed spends the room the others
+    need and they grow late. The seeds' extra FLOPs are added (each seed's projection over the
+    run's as it stands; `TrainingSignals.budget_projections`). On `shapes` that sum is 2% short
+    for two width seeds in adjacent blocks, so G0 may hold the last one back an epoch or two."""
 
     def with_knobs(self, knobs: dict[str, Any]) -> HeuristicConfig:
         """These knobs with some replaced by plain values, as a file or JSON holds them (the
@@ -116,7 +123,8 @@ class HeuristicController:
     2. cull the first probationary seed whose contribution is below `cull_threshold`, the first
        blending seed below `blending_cull_threshold`, or any live seed whose gradients explode;
     3. germinate into the first empty enabled slot (host order; of its `slots` knob, if set)
-       whose next blueprint fits the compute budget (if any), when the run has plateaued,
+       whose next blueprint fits the compute budget (if any; with `grow_together`, beside every
+       other empty slot's next blueprint), when the run has plateaued,
        past warm-up and cooldown, within the seed budget, and with enough epochs left for a
        seed to be trained, blended and judged (the gates' dwell times). Each slot rotates
        through the blueprints on its own, starting with the largest; the blueprint is the next
@@ -185,6 +193,8 @@ class HeuristicController:
         )
         empty = [s for s in slots if s.stage is SeedStage.DORMANT and (not c.slots or s.name in c.slots)]
         affordable = [s for s in empty if s.affords(self._choose_blueprint(s.name))]  # within a compute budget
+        if c.grow_together and not self._plan_fits(signals, empty):
+            affordable = []
         if ready and affordable:
             slot = affordable[0].name
             blueprint = self._choose_blueprint(slot)
@@ -192,6 +202,20 @@ class HeuristicController:
                 reason = f"plateau of {signals.plateau_epochs} epochs"
                 return Decision(LifecycleOp.GERMINATE, slot, blueprint, c.schedule, reason=reason)
         return Decision.wait()
+
+    def _plan_fits(self, signals: TrainingSignals, empty: Sequence[SlotSignals]) -> bool:
+        """The next seed of every slot of `empty` fits the compute budget beside the others (see
+        `HeuristicConfig.grow_together`); always, without a budget."""
+        projections = signals.budget_projections
+        if projections is None:
+            return True
+        extra = 0.0
+        for s in empty:
+            share = projections.per_slot.get(s.name, {}).get(self._choose_blueprint(s.name))
+            if share is None:
+                return False
+            extra += share - projections.standing
+        return projections.standing + extra <= projections.budget
 
     def record_step(self, decision: Decision, changes: Sequence[tuple[str, StageChange]]) -> None:
         """Learn from what the step actually did: a germination advances that slot's rotation,

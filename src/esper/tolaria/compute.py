@@ -24,7 +24,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from esper.kasmina import MorphogeneticModel
 from esper.kasmina.lifecycle import GateRefused
-from esper.leyline import BlendSchedule, Decision, LifecycleOp, SeedStage, TrainingSignals
+from esper.leyline import BlendSchedule, BudgetProjections, Decision, LifecycleOp, SeedStage, TrainingSignals
 from esper.tolaria.datasets import Batch, TaskData
 from esper.tolaria.passes import VALIDATION_BATCH_SIZE
 from esper.tolaria.tasks import TaskSpec
@@ -103,8 +103,11 @@ def projection_key(model: MorphogeneticModel) -> tuple:
     return tuple(tuple(p.shape) for p in model.parameters()), seeds
 
 
-def projection_twins(model: MorphogeneticModel, slot: str, blueprint: str) -> tuple[MorphogeneticModel, ...]:
-    """Copies of `model` with a seed of `blueprint` germinated in `slot`: one with every live seed
+def projection_twins(
+    model: MorphogeneticModel, slot: str | None, blueprint: str | None
+) -> tuple[MorphogeneticModel, ...]:
+    """Copies of `model` with a seed of `blueprint` germinated in `slot` (none where `slot` is
+    None: the run as it stands): one with every live seed
     blended in at alpha 1, one with every width seed also merged into the host, in host order.
     Whatever the seeds do next, a training epoch costs no more than the dearer of the two. A seed
     training in isolation or part-blended computes no more than at alpha 1, and a merge can cost
@@ -112,8 +115,9 @@ def projection_twins(model: MorphogeneticModel, slot: str, blueprint: str) -> tu
     the host's channels, but merged, it reads the other's too, as zero weights
     (`tests/test_compute_budget.py` checks both). The new seed draws from a forked RNG."""
     blended = copy.deepcopy(model)
-    with torch.random.fork_rng(devices=[]):
-        blended.slot(slot).germinate(blueprint, "projected", BlendSchedule.LINEAR)
+    if slot is not None:
+        with torch.random.fork_rng(devices=[]):
+            blended.slot(slot).germinate(blueprint, "projected", BlendSchedule.LINEAR)
     for s in blended.ordered_slots():
         if s.seed is not None and s.lifecycle.is_live:
             s.lifecycle.stage = SeedStage.PROBATIONARY
@@ -169,11 +173,13 @@ class ComputeMeter:
         (`GateThresholds.compute_budget`) caps."""
         return self.train_flops / self._start_run_flops if self._start_run_flops else 0.0
 
-    def projected_train_share(self, model: MorphogeneticModel, slot: str, blueprint: str, epochs_left: int) -> float:
-        """`train_share` at the episode's end if a seed of `blueprint` germinated in `slot` now:
-        what is spent, plus `epochs_left` epochs of the dearer of `projection_twins`. An upper
-        bound, whatever the seeds do next (a cull only lowers it), so a run whose every
-        germination passed it ends within it. 0 when an epoch trains on nothing."""
+    def projected_train_share(
+        self, model: MorphogeneticModel, slot: str | None, blueprint: str | None, epochs_left: int
+    ) -> float:
+        """`train_share` at the episode's end if a seed of `blueprint` germinated in `slot` now
+        (none where `slot` is None): what is spent, plus `epochs_left` epochs of the dearer of
+        `projection_twins`. An upper bound, whatever the seeds do next (a cull only lowers it), so
+        a run whose every germination passed it ends within it. 0 when an epoch trains on nothing."""
         if not self._start_run_flops:
             return 0.0
         key = ("projected", projection_key(model), slot, blueprint)
@@ -224,25 +230,25 @@ class ComputeBudget:
     def __init__(self, meter: ComputeMeter, budget: float | None) -> None:
         self.meter, self.budget = meter, budget
 
-    def affordable(
+    def projections(
         self, model: MorphogeneticModel, slots: Sequence[str], epochs_left: int, may_germinate: bool
-    ) -> dict[str, tuple[str, ...]] | None:
-        """Per slot of `slots`, the blueprints a germination now keeps within the budget (none
-        where the slot is not empty, or no germination is possible); None without a budget."""
+    ) -> BudgetProjections | None:
+        """Where the run ends against the budget: as it stands, and per slot of `slots` with each
+        blueprint it accepts germinated now (no entry where the slot is not empty, or no
+        germination is possible); None without a budget."""
         if self.budget is None:
             return None
-        affordable: dict[str, tuple[str, ...]] = {}
+        shares: dict[str, dict[str, float]] = {}
         for name in slots:
             slot = model.slot(name)
             if not may_germinate or epochs_left < 1 or slot.stage is not SeedStage.DORMANT:
-                affordable[name] = ()
+                shares[name] = {}
                 continue
-            affordable[name] = tuple(
-                bp
-                for bp in slot.accepted_blueprints()
-                if self.meter.projected_train_share(model, name, bp, epochs_left) <= self.budget
-            )
-        return affordable
+            shares[name] = {
+                bp: self.meter.projected_train_share(model, name, bp, epochs_left) for bp in slot.accepted_blueprints()
+            }
+        standing = self.meter.projected_train_share(model, None, None, max(epochs_left, 0))
+        return BudgetProjections(self.budget, standing, shares)
 
     def used(self) -> float:
         """Training FLOPs spent so far over the budget's; 0 without a budget."""

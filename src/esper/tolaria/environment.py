@@ -32,7 +32,7 @@ from typing import Any
 import torch
 
 from esper.kasmina import MorphogeneticModel
-from esper.leyline import Decision, GateThresholds, SeedStage, TrainingSignals
+from esper.leyline import BudgetProjections, Decision, GateThresholds, SeedStage, TrainingSignals
 from esper.nissa import Event
 from esper.tolaria.compute import ComputeBudget, ComputeMeter
 from esper.tolaria.datasets import TaskData
@@ -342,10 +342,10 @@ class MorphogeneticEnv:
             self._ended_by_panic = True
         return changes, val, measured
 
-    def _affordable(self) -> dict[str, tuple[str, ...]] | None:
+    def _budget_projections(self) -> BudgetProjections | None:
         c = self.config
         possible = self.seeds.germinated < c.max_germinations
-        return self.budget.affordable(self.model, c.enabled_slots, c.max_epochs - self.clock.epoch, possible)
+        return self.budget.projections(self.model, c.enabled_slots, c.max_epochs - self.clock.epoch, possible)
 
     def _undo(self, epoch_before: int) -> None:
         self.passes.cancel_launched_measurement()
@@ -377,11 +377,13 @@ class MorphogeneticEnv:
     ) -> TrainingSignals:
         assert self.model is not None
         self._last_measured = measured
+        projections = self._budget_projections()
+        affordable = None if projections is None else projections.affordable()
         return self.tracker.update(
             self.clock.epoch,
             self.config.max_epochs,
             measured,
-            slot_signals(self.model, self.config.enabled_slots, val, self._last_grads, self._affordable()),
+            slot_signals(self.model, self.config.enabled_slots, val, self._last_grads, affordable),
             self.model.host_param_count(),
             self.seeds.germinated,
             self.config.max_germinations,
@@ -389,4 +391,5 @@ class MorphogeneticEnv:
             healthy=healthy,
             extra_compute_share=self.compute.extra_train_share,
             compute_budget_used=self.budget.used(),
+            budget_projections=projections,
         )

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from esper.kasmina import MorphogeneticModel
-from esper.leyline import SlotSignals, TrainingSignals
+from esper.leyline import BudgetProjections, SlotSignals, TrainingSignals
 from esper.tolaria.training import ValidationStats
 
 PLATEAU_MIN_DELTA: float = 0.5
@@ -54,6 +54,7 @@ class SignalTracker:
         healthy: bool = True,
         extra_compute_share: float = 0.0,
         compute_budget_used: float = 0.0,
+        budget_projections: BudgetProjections | None = None,
     ) -> TrainingSignals:
         """Signals after `epoch`. An unhealthy epoch (rolled back by the governor) repeats the
         last measurements and changes no history: it is neither progress nor a plateau."""
@@ -85,6 +86,7 @@ class SignalTracker:
             slots=slots,
             extra_compute_share=extra_compute_share,
             compute_budget_used=compute_budget_used,
+            budget_projections=budget_projections,
         )
 
 
