@@ -226,15 +226,37 @@ def plan_signals(early: float, mid: float) -> TrainingSignals:
     return training_signals(slots, budget_projections=BudgetProjections(1.5, 1.0, per_slot))
 
 
-@pytest.mark.parametrize(("early", "mid", "grows"), [(1.3, 1.3, False), (1.2, 1.3, True), (1.2, 1.6, False)])
+@pytest.mark.parametrize(("early", "mid", "grows"), [(1.3, 1.3, False), (1.15, 1.3, True), (1.15, 1.6, False)])
 def test_growing_together_waits_until_every_planned_seed_fits_beside_the_others(early, mid, grows) -> None:
-    """Each seed alone fits at 1.3, but the two add 0.3 + 0.3 to the run's 1.0: over 1.5."""
+    """Each seed alone fits at 1.3, but the two add 0.3 + 0.3 to the run's 1.0: over 1.5. A plan
+    whose `mid` does not fit yet waits for it."""
     config = HeuristicConfig(warmup_epochs=0, blueprint_order=("widen_50",), slots=("early", "mid"))
     alone = HeuristicController(Topology.CNN, SLOTS, config=config).decide(plan_signals(early, mid))
     together = dataclasses.replace(config, grow_together=True)
     decision = HeuristicController(Topology.CNN, SLOTS, config=together).decide(plan_signals(early, mid))
     assert (decision.op, decision.slot) == ((LifecycleOp.GERMINATE, "early") if grows else (LifecycleOp.WAIT, None))
     assert alone.op is (LifecycleOp.GERMINATE if early <= 1.5 else LifecycleOp.WAIT)
+
+
+def test_a_plan_skips_slots_that_refuse_its_blueprint_and_seeds_it_cannot_germinate() -> None:
+    """`late` accepts no widen_50 here, and one germination is left: the plan is `early` alone."""
+    signals = plan_signals(1.3, 1.3)
+    per_slot = {"early": {"widen_50": 1.3}, "mid": {"widen_50": 1.3}, "late": {"norm": 1.0}}
+    projections = BudgetProjections(1.5, 1.0, per_slot)
+    config = HeuristicConfig(warmup_epochs=0, blueprint_order=("widen_50",), grow_together=True)
+    heuristic = HeuristicController(Topology.CNN, SLOTS, config=config)
+    two_left = dataclasses.replace(signals, budget_projections=projections, max_germinations=2)
+    assert heuristic.decide(two_left).op is LifecycleOp.WAIT  # early and mid: 1.6 together
+    one_left = dataclasses.replace(two_left, seeds_germinated=1)
+    assert (heuristic.decide(one_left).op, heuristic.decide(one_left).slot) == (LifecycleOp.GERMINATE, "early")
+
+
+def test_the_run_as_it_stands_includes_a_live_seed_at_its_projected_cost() -> None:
+    env = budgeted_env(2.0)
+    before = env.reset(0).budget_projections.per_slot["early"]["widen_50"]
+    env.step(Decision(LifecycleOp.GERMINATE, "early", "widen_50"))
+    after = env.step(Decision.wait()).signals.budget_projections
+    assert 1.0 < after.standing <= before + 1e-12
 
 
 def test_grown_together_the_second_seed_follows_the_first_within_the_budget() -> None:

@@ -4,6 +4,7 @@ The contract between an environment, which produces them, and a controller, whic
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from esper.leyline.constants import gradient_is_exploding, gradient_is_vanishing
@@ -64,7 +65,7 @@ class BudgetProjections:
     budget: float
     standing: float
     """With no further germination (every live seed blended in, or merged if dearer)."""
-    per_slot: dict[str, dict[str, float]]
+    per_slot: Mapping[str, Mapping[str, float]]
     """Per slot, per blueprint: with that seed germinated there now (empty: no germination)."""
 
     def affordable(self) -> dict[str, tuple[str, ...]]:

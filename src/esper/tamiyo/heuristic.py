@@ -76,7 +76,10 @@ class HeuristicConfig:
     last one grows: grown one by one as each fits, the first seed spends the room the others
     need and they grow late. The seeds' extra FLOPs are added (each seed's projection over the
     run's as it stands; `TrainingSignals.budget_projections`). On `shapes` that sum is 2% short
-    for two width seeds in adjacent blocks, so G0 may hold the last one back an epoch or two."""
+    for two width seeds in adjacent blocks, so G0 may hold the last one back an epoch or two.
+    The plan leaves out slots that refuse their next blueprint, slots not yet empty (a seed
+    embargoed after a cull joins when its slot is free) and slots beyond the germinations left.
+    A plan that never fits in time grows nothing: name in `slots` only what should grow."""
 
     def with_knobs(self, knobs: dict[str, Any]) -> HeuristicConfig:
         """These knobs with some replaced by plain values, as a file or JSON holds them (the
@@ -204,17 +207,16 @@ class HeuristicController:
         return Decision.wait()
 
     def _plan_fits(self, signals: TrainingSignals, empty: Sequence[SlotSignals]) -> bool:
-        """The next seed of every slot of `empty` fits the compute budget beside the others (see
-        `HeuristicConfig.grow_together`); always, without a budget."""
+        """The next seed of each slot of `empty` fits the compute budget beside the others (see
+        `HeuristicConfig.grow_together`); always, without a budget. The plan holds the slots
+        that accept their next blueprint, in host order, as many as germinations are left."""
         projections = signals.budget_projections
         if projections is None:
             return True
-        extra = 0.0
-        for s in empty:
-            share = projections.per_slot.get(s.name, {}).get(self._choose_blueprint(s.name))
-            if share is None:
-                return False
-            extra += share - projections.standing
+        shares = [projections.per_slot.get(s.name, {}).get(self._choose_blueprint(s.name)) for s in empty]
+        planned = [share for share in shares if share is not None]
+        planned = planned[: max(signals.max_germinations - signals.seeds_germinated, 0)]
+        extra = sum(share - projections.standing for share in planned)
         return projections.standing + extra <= projections.budget
 
     def record_step(self, decision: Decision, changes: Sequence[tuple[str, StageChange]]) -> None:
