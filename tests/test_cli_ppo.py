@@ -13,7 +13,7 @@ import torch
 import esper
 from conftest import tiny_shapes_task, tiny_text_task, tree
 from esper.scripts.cli import main
-from esper.simic.checkpoint import CHECKPOINT_FORMAT
+from esper.simic.checkpoint import CHECKPOINT_FORMAT, policy_only, read_checkpoint
 from esper.simic.controller import PolicyController
 from esper.simic.morphogenetic_envs import TIMING_METRICS
 from esper.tolaria import TASKS
@@ -333,3 +333,6 @@ def test_a_policy_that_observes_the_budget_is_saved_and_loaded_with_its_layout(
     eval_dir = tmp_path / "eval"
     argv = ["eval", "--task", "shapes", "--controllers", f"policy:{checkpoint}", "--seeds", "50:51", "--quiet"]
     assert main([*argv, "--max-epochs", "2", "--gates.compute_budget", "1.5", "--run-dir", str(eval_dir)]) == 0
+    shipped = tmp_path / "policy.pt"  # what tools/ship_policy.py writes loads with the same layout
+    torch.save(policy_only(read_checkpoint(checkpoint)), shipped)
+    assert PolicyController.from_checkpoint(shipped).spaces.layout.obs_dim == layout.obs_dim

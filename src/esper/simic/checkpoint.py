@@ -50,6 +50,10 @@ REQUIRED_KEYS: dict[str, tuple[str, ...]] = {
 }
 """What a resume reads, by section: a checkpoint missing any of it is refused."""
 
+ACTING_OPTIONAL_TRAINER_KEYS = ("observe_budget",)
+"""Trainer settings that shape the policy's observation where a run set them (absent from
+checkpoints before 2026-11-28): a policy file (`policy_only`) keeps them, or it cannot load."""
+
 POLICY_KEYS: dict[str, tuple[str, ...]] = {
     "learner": ("policy", "obs_norm"),
     "settings": ("task",),
@@ -142,7 +146,8 @@ def policy_only(payload: dict[str, Any]) -> dict[str, Any]:
     if "clonings" in payload:
         cut["clonings"] = payload["clonings"]
     cut["learner"] = {key: payload["learner"][key] for key in POLICY_KEYS["learner"]}
-    cut["trainer"] = {key: payload["trainer"][key] for key in POLICY_KEYS["trainer"]}
+    acting = (*POLICY_KEYS["trainer"], *ACTING_OPTIONAL_TRAINER_KEYS)
+    cut["trainer"] = {key: value for key, value in payload["trainer"].items() if key in acting}
     return cut
 
 
