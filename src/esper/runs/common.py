@@ -314,10 +314,15 @@ def rebuilt_tensorboard(run_dir: Path, config: dict[str, Any]) -> TensorBoardBac
     return board
 
 
-LEGACY_KNOB_VALUES: dict[tuple[str, str], Any] = {("host", "lr_warmup_epochs"): 0, ("heuristic", "slots"): []}
+LEGACY_KNOB_VALUES: dict[tuple[str, str], Any] = {
+    ("host", "lr_warmup_epochs"): 0,
+    ("heuristic", "slots"): [],
+    ("heuristic", "grow_together"): False,
+}
 """Knobs a run directory once recorded as None (or not at all) and now records resolved, with
 the value such a run had: every embedded task's warm-up was 0 until shapes took 3 on 2026-11-28,
-and a heuristic grew in every enabled slot before its `slots` knob (empty: every one) came."""
+a heuristic grew in every enabled slot before its `slots` knob (empty: every one) came, and
+grew each seed as it fitted before `grow_together` came."""
 
 
 def legacy_knobs(recorded: dict[str, dict]) -> dict[str, dict]:
