@@ -87,14 +87,20 @@ def test_a_slots_knob_narrows_where_it_germinates_and_nothing_else() -> None:
     assert HeuristicConfig().with_knobs({"slots": ["early", "mid"]}).slots == ("early", "mid")
 
 
-def test_a_run_recorded_before_the_slots_knob_resumes_and_one_with_slots_does_not(tmp_path: Path) -> None:
-    config = {"settings": {"task": "shapes"}, "knobs": {"heuristic": {"warmup_epochs": 2, "slots": []}}}
+def test_a_run_recorded_before_the_slots_and_grow_together_knobs_resumes_and_one_with_them_does_not(
+    tmp_path: Path,
+) -> None:
+    today = {"warmup_epochs": 2, "slots": [], "grow_together": False}
+    config = {"settings": {"task": "shapes"}, "knobs": {"heuristic": today}}
     before = {"settings": {"task": "shapes"}, "knobs": {"heuristic": {"warmup_epochs": 2}}}
     (tmp_path / "config.json").write_text(json.dumps(before))
     assert check_same_run(tmp_path, config, frozenset())
-    narrowed = {**config, "knobs": {"heuristic": {"warmup_epochs": 2, "slots": ["mid"]}}}
+    narrowed = {**config, "knobs": {"heuristic": {**today, "slots": ["mid"]}}}
     with pytest.raises(UsageError, match=r"heuristic.slots: \[\] -> \['mid'\]"):
         check_same_run(tmp_path, narrowed, frozenset())
+    together = {**config, "knobs": {"heuristic": {**today, "grow_together": True}}}
+    with pytest.raises(UsageError, match=r"heuristic.grow_together: False -> True"):
+        check_same_run(tmp_path, together, frozenset())
 
 
 def test_respects_warmup_plateau_cooldown_and_budget() -> None:
