@@ -319,3 +319,20 @@ def test_an_exception_between_batches_is_undone_by_abort_step() -> None:
     after = env.model.state_dict()
     assert all(torch.equal(after[k], v) for k, v in before.items())
     assert_consistent_and_trainable(env)
+
+
+def test_a_step_undone_after_an_exception_counts_no_compute(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A measurement that raises after the epoch's FLOPs were counted: retried, the epoch counts once."""
+    clean, failing = make_env(max_epochs=6), make_env(max_epochs=6)
+    for env in (clean, failing):
+        env.reset(0)
+    clean.step(Decision.wait())
+    measure = failing.passes.measure
+    monkeypatch.setattr(failing.passes, "measure", lambda model: (_ for _ in ()).throw(RuntimeError("device lost")))
+    with pytest.raises(RuntimeError, match="device lost"):
+        failing.step(Decision.wait())
+    assert failing.clock.epoch == 0 and failing.compute.train_flops == 0
+    monkeypatch.setattr(failing.passes, "measure", measure)
+    failing.step(Decision.wait())
+    assert failing.compute.tally() == clean.compute.tally()
+    assert failing.compute.train_flops > 0

@@ -160,6 +160,15 @@ class ComputeMeter:
         self._samples_per_epoch = samples_per_epoch
         self._start_run_flops = self._start_per_sample * samples_per_epoch * max_epochs
 
+    def tally(self) -> tuple[int, int, int]:
+        """The counts so far, for `rewind`."""
+        return self.train_flops, self.measure_flops, self.start_host_flops
+
+    def rewind(self, tally: tuple[int, int, int]) -> None:
+        """Back to a `tally`: a step undone after an exception is not part of the run, as its
+        epoch and events are not, so retrying it counts its compute once."""
+        self.train_flops, self.measure_flops, self.start_host_flops = tally
+
     def add_training_epoch(self, model: MorphogeneticModel, samples: int) -> None:
         """An epoch trained on `samples` samples (counted even when the governor undoes it: the
         compute was spent)."""

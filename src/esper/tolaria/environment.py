@@ -126,6 +126,7 @@ class _OpenStep:
     blended: set[str]
     training: TrainingEpoch
     epoch_before: int
+    compute_before: tuple[int, int, int]
 
 
 def compiled_forward(model: MorphogeneticModel, backend: str | Callable | None) -> Callable[..., torch.Tensor]:
@@ -232,7 +233,7 @@ class MorphogeneticEnv:
         self.seeds.check(decision)
         self.budget.check(self.model, decision, self.signals, self.config.max_epochs - self.clock.epoch)
         self.passes.join()
-        epoch_before = self.clock.epoch
+        epoch_before, compute_before = self.clock.epoch, self.compute.tally()
         self.clock.epoch += 1
         try:
             changes = self.seeds.execute(decision, self._last_val)
@@ -242,9 +243,10 @@ class MorphogeneticEnv:
             # its accumulators are zeroed on the stream that updates them
             training = self.passes.open_epoch(self.model, self.optimizers.all(), self.scaler, self._forward)
         except BaseException:
-            self._undo(epoch_before)
+            self._undo(epoch_before, compute_before)
             raise
-        self._open = _OpenStep(decision, changes, set(self.model.blended_slots()), training, epoch_before)
+        blended = set(self.model.blended_slots())
+        self._open = _OpenStep(decision, changes, blended, training, epoch_before, compute_before)
         return changes
 
     def train_batch(self, x: torch.Tensor, y: torch.Tensor) -> None:
@@ -290,7 +292,7 @@ class MorphogeneticEnv:
         """Undo a step that raised half-way: nothing half-done survives an exception (out of
         memory, a bad batch, Ctrl-C)."""
         if self._open is not None:
-            self._undo(self._open.epoch_before)
+            self._undo(self._open.epoch_before, self._open.compute_before)
 
     def evaluate_test(self) -> ValidationStats:
         """Loss and accuracy of the model on the test split, for reports only. Only at the end of
@@ -347,8 +349,9 @@ class MorphogeneticEnv:
         possible = self.seeds.germinated < c.max_germinations
         return self.budget.projections(self.model, c.enabled_slots, c.max_epochs - self.clock.epoch, possible)
 
-    def _undo(self, epoch_before: int) -> None:
+    def _undo(self, epoch_before: int, compute_before: tuple[int, int, int]) -> None:
         self.passes.cancel_launched_measurement()
+        self.compute.rewind(compute_before)
         self.events.discard()
         self.keeper.restore()
         self.clock.epoch = epoch_before
