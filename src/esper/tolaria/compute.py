@@ -155,7 +155,8 @@ class ComputeMeter:
 
     def start_episode(self, model: MorphogeneticModel, max_epochs: int, samples_per_epoch: int) -> None:
         """The episode's start host (no seed yet), length and samples per epoch, against which
-        `extra_train_share` counts what growth spent and a compute budget is set."""
+        `extra_train_share` counts what growth spent and a compute budget is set; counts restart."""
+        self.reset()
         self._start_per_sample = self._training_per_sample(model)
         self._samples_per_epoch = samples_per_epoch
         self._start_run_flops = self._start_per_sample * samples_per_epoch * max_epochs

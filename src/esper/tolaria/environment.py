@@ -170,8 +170,7 @@ class MorphogeneticEnv:
         self.governor = Governor(config.governor)
         self.model: MorphogeneticModel | None = None
         self.scaler: torch.amp.GradScaler | None = None
-        """This env's own loss scaler (fp16 only), new each episode: never shared with another
-        env or device, and an episode never inherits an earlier one's loss scale."""
+        """This env's own fp16 loss scaler, new each episode: never shared, never inherited."""
         self._seed_numbers = itertools.count(first_seed_number)  # over the env's lifetime: unique seed ids
         self._open: _OpenStep | None = None
 
@@ -201,7 +200,6 @@ class MorphogeneticEnv:
         self.events.pending.clear()
         self._open, self._ended_by_panic, self._started = None, False, time.perf_counter()
         self.passes.cancel_launched_measurement()
-        self.compute.reset()
         self.compute.start_episode(self.model, c.max_epochs, self.passes.data.epoch_sample_count(c.task.batch_size))
         val = self._measure()
         self._last_val, self._last_grads = val, {}
