@@ -1,4 +1,4 @@
-"""The Python examples of the README, and the run directory's in docs/commands.md, run as printed
+"""The Python examples of the README, docs/lifecycle.md and docs/commands.md run as printed
 (on the tiny shapes task, from a folder holding a quick-start run)."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from esper.tolaria import TASKS
 ROOT = Path(__file__).parents[1]
 EXAMPLES = {
     "build a model": "README.md",
-    "run an episode": "README.md",
+    "run an episode": "docs/lifecycle.md",
     "load a run": "docs/commands.md",
     "load a grown network": "docs/commands.md",
     "train and evaluate a controller": "README.md",
