@@ -27,19 +27,22 @@ def widths(affordable: tuple[str, ...] | None) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seed", type=int, default=150)
-    parser.add_argument("--early-epoch", type=int, default=10, help="the epoch `early` grows widen_50")
+    parser.add_argument("--early-epoch", type=int, default=10, help="the epoch `early` grows (0: never)")
     parser.add_argument("--epochs", type=int, default=20, help="epochs to replay (of the run's 40)")
+    parser.add_argument("--early-blueprint", default="widen_50", help="the width blueprint `early` grows")
+    parser.add_argument("--budget", type=float, default=1.54, help="--gates.compute_budget (1.54: v31's)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     task = get_task("shapes")
     gates = dataclasses.replace(
-        GateThresholds(), compute_budget=1.54, probation_cull_contribution=-0.5, fossilize_min_contribution=-0.5
+        GateThresholds(), compute_budget=args.budget, probation_cull_contribution=-0.5, fossilize_min_contribution=-0.5
     )
     config = EnvConfig(task, torch.device("cpu"), 40, ("early", "mid", "late"), max_germinations=6, thresholds=gates)
     env = MorphogeneticEnv(config, task.load_data(None))
     signals = env.reset(rng_seed=args.seed)
     print(
-        f"shapes seed {args.seed}, budget 1.54, widen_50 in early at epoch {args.early_epoch}, fossilized on probation"
+        f"shapes seed {args.seed}, budget {args.budget}, {args.early_blueprint} in early at epoch {args.early_epoch}, "
+        "fossilized on probation"
     )
     for epoch in range(1, args.epochs + 1):
         early, mid = signals.slot("early"), signals.slot("mid")
@@ -48,7 +51,7 @@ def main() -> None:
             f"mid {widths(mid.affordable_blueprints)}"
         )
         if epoch == args.early_epoch:
-            decision = Decision(LifecycleOp.GERMINATE, "early", "widen_50")
+            decision = Decision(LifecycleOp.GERMINATE, "early", args.early_blueprint)
         elif early.stage is SeedStage.PROBATIONARY and early.epochs_in_stage >= gates.min_probation_epochs:
             decision = Decision(LifecycleOp.FOSSILIZE, "early")
         else:
