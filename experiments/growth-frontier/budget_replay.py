@@ -6,6 +6,9 @@ It checks the reading of v31's smaller `mid` seed: grown in `early` at epoch 10,
 whatever the reward's parameter price. Run with one thread:
 
     OMP_NUM_THREADS=1 python experiments/growth-frontier/budget_replay.py --seed 150 --early-epoch 10
+
+Under width 9's training FLOPs (`--budget 1.257`, C_I's), with nothing grown (`--early-epoch 0`),
+it shows when each width blueprint first fits (`results/shapes/budget_replay_width9_seed150.txt`).
 """
 
 from __future__ import annotations
