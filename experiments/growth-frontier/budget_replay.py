@@ -44,8 +44,12 @@ def main() -> None:
     env = MorphogeneticEnv(config, task.load_data(None))
     signals = env.reset(rng_seed=args.seed)
     print(
-        f"shapes seed {args.seed}, budget {args.budget}, {args.early_blueprint} in early at epoch {args.early_epoch}, "
-        "fossilized on probation"
+        f"shapes seed {args.seed}, budget {args.budget}, "
+        + (
+            f"{args.early_blueprint} in early at epoch {args.early_epoch}, fossilized on probation"
+            if args.early_epoch
+            else "nothing grown"
+        )
     )
     for epoch in range(1, args.epochs + 1):
         early, mid = signals.slot("early"), signals.slot("mid")
