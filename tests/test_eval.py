@@ -301,11 +301,36 @@ def test_eval_refuses_the_seeds_a_policy_trained_on(
             ["--controllers", "heuristic", "--seeds", "0:2", "--heuristic.blueprint_order", "[nope]"],
             ["'nope'", "conv_heavy"],
         ),
+        (
+            ["--controllers", "heuristic", "--seeds", "0:2", "--heuristic.slot_blueprints", "[early]"],
+            ["--heuristic.slot_blueprints", "'early' is not SLOT=BLUEPRINT"],
+        ),
+        (
+            ["--controllers", "heuristic", "--seeds", "0:2", "--heuristic.slot_blueprints", "[early=nope]"],
+            ["slot_blueprints early=nope", "'nope'", "widen_50"],
+        ),
+        (
+            ["--controllers", "heuristic", "--seeds", "0:2", "--heuristic.slot_blueprints", "[early=widen_25]"]
+            + ["--host.width", "1"],
+            ["slot_blueprints early=widen_25", "less than one unit"],
+        ),
+        (
+            ["--controllers", "heuristic", "--seeds", "0:2", "--heuristic.slot_blueprints", "[late=widen_25]"]
+            + ["--slots", "early"],
+            ["--heuristic.slot_blueprints", "'late' is not a slot this run enables"],
+        ),
     ],
 )
 def test_bad_eval_input_is_one_line_with_exit_code_2(tiny_shapes, workdir: Path, capsys, argv, fragments) -> None:
     check_usage_error(capsys, ["eval", *argv, *FAST], *fragments)
     assert not Path("runs").exists()
+
+
+def test_a_bad_heuristic_file_is_named_once_in_its_error(tiny_shapes, workdir: Path, tmp_path: Path, capsys) -> None:
+    knobs = tmp_path / "knobs.toml"
+    knobs.write_text("[heuristic]\nfoo = 1\n")
+    line = check_usage_error(capsys, ["eval", "--controllers", f"heuristic:{knobs}", "--seeds", "0:2", *FAST], "foo")
+    assert line.count(f"heuristic:{knobs}") == 1, line
 
 
 def test_a_width_blueprint_of_the_order_is_checked_where_a_heuristic_runs_on_its_slots(

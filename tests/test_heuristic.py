@@ -87,10 +87,11 @@ def test_a_slots_knob_narrows_where_it_germinates_and_nothing_else() -> None:
     assert HeuristicConfig().with_knobs({"slots": ["early", "mid"]}).slots == ("early", "mid")
 
 
-def test_a_run_recorded_before_the_slots_and_grow_together_knobs_resumes_and_one_with_them_does_not(
+def test_a_run_recorded_before_the_slots_grow_together_and_slot_blueprints_knobs_resumes(
     tmp_path: Path,
 ) -> None:
-    today = {"warmup_epochs": 2, "slots": [], "grow_together": False}
+    """... and one recorded with them set does not."""
+    today = {"warmup_epochs": 2, "slots": [], "grow_together": False, "slot_blueprints": []}
     config = {"settings": {"task": "shapes"}, "knobs": {"heuristic": today}}
     before = {"settings": {"task": "shapes"}, "knobs": {"heuristic": {"warmup_epochs": 2}}}
     (tmp_path / "config.json").write_text(json.dumps(before))
@@ -101,6 +102,9 @@ def test_a_run_recorded_before_the_slots_and_grow_together_knobs_resumes_and_one
     together = {**config, "knobs": {"heuristic": {**today, "grow_together": True}}}
     with pytest.raises(UsageError, match=r"heuristic.grow_together: False -> True"):
         check_same_run(tmp_path, together, frozenset())
+    pinned = {**config, "knobs": {"heuristic": {**today, "slot_blueprints": ["early=widen_50"]}}}
+    with pytest.raises(UsageError, match=r"heuristic.slot_blueprints: \[\] -> \['early=widen_50'\]"):
+        check_same_run(tmp_path, pinned, frozenset())
 
 
 def test_respects_warmup_plateau_cooldown_and_budget() -> None:
@@ -272,3 +276,36 @@ def test_a_width_seed_is_germinated_as_late_as_its_own_shorter_dwell_allows() ->
     assert residual.decide(late).op is LifecycleOp.WAIT
     too_late = dataclasses.replace(late, epoch=37)
     assert width.decide(too_late).op is LifecycleOp.WAIT
+
+
+def test_slot_blueprints_pin_a_blueprint_to_a_slot_and_leave_the_others_rotating() -> None:
+    c = controller(blueprint_order=("conv_light",), slot_blueprints=("early=widen_50", "late=widen_25"))
+    d = decide_and_execute(c, signals([slot(n) for n in SLOTS]))
+    assert (d.slot, d.blueprint) == ("early", "widen_50")
+    d = decide_and_execute(c, signals([slot("early", SeedStage.TRAINING), slot("mid"), slot("late")]))
+    assert (d.slot, d.blueprint) == ("mid", "conv_light")
+    d = decide_and_execute(c, signals([slot("early", SeedStage.TRAINING), slot("mid", SeedStage.TRAINING), slot("late")]))
+    assert (d.slot, d.blueprint) == ("late", "widen_25")
+    c.record_step(Decision(LifecycleOp.CULL, "early"), [("early", StageChange(SeedStage.TRAINING, SeedStage.CULLED, "G0"))])
+    d = c.decide(signals([slot("early"), slot("mid", SeedStage.TRAINING), slot("late", SeedStage.TRAINING)]))
+    assert (d.slot, d.blueprint) == ("early", "widen_50")  # a cull does not move a pinned slot
+
+
+@pytest.mark.parametrize(
+    ("pairs", "message"),
+    [
+        (["early"], "'early' is not SLOT=BLUEPRINT"),
+        (["early=widen_50", "early=widen_25"], "'early=widen_25' is not SLOT=BLUEPRINT"),
+        (["=widen_50"], "'=widen_50' is not SLOT=BLUEPRINT"),
+        (["late=widen_25"], "'late' is not among the heuristic's slots: early mid"),
+    ],
+)
+def test_a_malformed_slot_blueprints_knob_is_an_error_naming_the_pair(pairs: list[str], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        HeuristicConfig().with_knobs({"slots": ["early", "mid"], "slot_blueprints": pairs})
+
+
+def test_a_pinned_blueprint_outside_the_runs_blueprints_is_refused() -> None:
+    config = HeuristicConfig(slot_blueprints=("early=widen_50",))
+    with pytest.raises(ValueError, match="not among the run's blueprints: conv_heavy"):
+        HeuristicController(Topology.CNN, SLOTS, ("conv_heavy",), config)

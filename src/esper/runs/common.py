@@ -318,11 +318,13 @@ LEGACY_KNOB_VALUES: dict[tuple[str, str], Any] = {
     ("host", "lr_warmup_epochs"): 0,
     ("heuristic", "slots"): [],
     ("heuristic", "grow_together"): False,
+    ("heuristic", "slot_blueprints"): [],
 }
 """Knobs a run directory once recorded as None (or not at all) and now records resolved, with
 the value such a run had: every embedded task's warm-up was 0 until shapes took 3 on 2026-11-28,
 a heuristic grew in every enabled slot before its `slots` knob (empty: every one) came, and
-grew each seed as it fitted before `grow_together` came."""
+grew each seed as it fitted before `grow_together` came, and rotated in every slot before
+`slot_blueprints` came."""
 
 
 def legacy_knobs(recorded: dict[str, dict]) -> dict[str, dict]:

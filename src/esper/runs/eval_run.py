@@ -306,8 +306,9 @@ def check_controller(
     if spec.kind == "policy":
         check_policy(spec, task, seeds, flag)
     if spec.kind == "heuristic" and spec.path:
+        knobs = heuristic_from_file(spec.path, HeuristicConfig())  # its errors name the file
         try:
-            check_heuristic_order(task, heuristic_from_file(spec.path, HeuristicConfig()))
+            check_heuristic_order(task, knobs)
         except UsageError as exc:
             raise UsageError(f"heuristic:{spec.path}: {exc}") from None
     if spec.kind in SCHEDULED:
@@ -375,18 +376,31 @@ def check_heuristic_fits(
     host_width: int | None,
     slots: Sequence[str],
 ) -> None:
-    """A heuristic controller's `slots` knob names enabled slots. Without `--blueprints`, a width
-    blueprint its order names is its to choose (`heuristic_rotation`): each must fit every slot it
-    may grow in (`--blueprints` was checked itself; other controllers never read the order)."""
+    """A heuristic controller's `slots` knob names enabled slots, and each blueprint its
+    `slot_blueprints` pins fits its slot (and is among `--blueprints`, when given). Without
+    `--blueprints`, a width blueprint its order names is its to choose (`heuristic_rotation`):
+    each must fit every unpinned slot it may grow in (`--blueprints` was checked itself; other
+    controllers never read the order)."""
     if spec.kind != "heuristic":
         return
     knobs = heuristic_knobs(spec, run_knobs)
-    check_heuristic_slots(knobs, slots, f"heuristic:{spec.path} slots" if spec.path else "--heuristic.slots")
+    prefix = f"heuristic:{spec.path} " if spec.path else "--heuristic."
+    check_heuristic_slots(knobs, slots, f"{prefix}slots")
+    try:
+        pinned = knobs.pinned_blueprints()
+    except ValueError as exc:
+        raise UsageError(f"{prefix}{exc}") from None
+    check_heuristic_slots(dataclasses.replace(knobs, slots=tuple(pinned)), slots, f"{prefix}slot_blueprints")
+    for slot, name in pinned.items():
+        where = f"{prefix}slot_blueprints {slot}={name}"
+        if blueprints is not None and name not in blueprints:
+            raise UsageError(f"{where}: not among --blueprints: {' '.join(blueprints)}")
+        check_blueprints_fit(task, host_width, [slot], [name], where)
     if blueprints is not None:
         return
-    where = f"heuristic:{spec.path} blueprint_order" if spec.path else "--heuristic.blueprint_order"
+    rotating = [s for s in knobs.slots or slots if s not in pinned]
     for name in heuristic_rotation(task.topology, knobs.blueprint_order, None):
-        check_blueprints_fit(task, host_width, knobs.slots or slots, [name], f"{where} {name}")
+        check_blueprints_fit(task, host_width, rotating, [name], f"{prefix}blueprint_order {name}")
 
 
 def heuristic_from_file(path: str, defaults: HeuristicConfig) -> HeuristicConfig:

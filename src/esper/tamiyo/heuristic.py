@@ -80,6 +80,11 @@ class HeuristicConfig:
     The plan leaves out slots that refuse their next blueprint, slots not yet empty (a seed
     embargoed after a cull joins when its slot is free) and slots beyond the germinations left.
     A plan that never fits in time grows nothing: name in `slots` only what should grow."""
+    slot_blueprints: tuple[str, ...] = ()
+    """`SLOT=BLUEPRINT` pairs: each named slot grows only that blueprint, the others rotate
+    through `blueprint_order`. Where a block's width pays differs from where it is cheap (on
+    `shapes`, `early` width buys accuracy at a high FLOPs rate, `late` width buys parameters at a
+    low one), one rotation for every slot cannot say which size goes where."""
 
     def with_knobs(self, knobs: dict[str, Any]) -> HeuristicConfig:
         """These knobs with some replaced by plain values, as a file or JSON holds them (the
@@ -94,10 +99,25 @@ class HeuristicConfig:
             if values["schedule"] not in BlendSchedule.__members__:
                 raise ValueError(f"unknown blend schedule {values['schedule']!r}; choose from: {names}")
             values["schedule"] = BlendSchedule[values["schedule"]]
-        for name in ("blueprint_order", "slots"):
+        for name in ("blueprint_order", "slots", "slot_blueprints"):
             if name in values:
                 values[name] = tuple(values[name])
-        return replace(self, **values)
+        config = replace(self, **values)
+        config.pinned_blueprints()  # a malformed pair fails here, where the knobs are read
+        return config
+
+    def pinned_blueprints(self) -> dict[str, str]:
+        """`slot_blueprints` as slot -> blueprint; a malformed or repeated pair, or a slot the
+        `slots` knob leaves out, is a ValueError naming it."""
+        pinned: dict[str, str] = {}
+        for pair in self.slot_blueprints:
+            slot, sep, blueprint = pair.partition("=")
+            if not sep or not slot or not blueprint or slot in pinned:
+                raise ValueError(f"slot_blueprints: {pair!r} is not SLOT=BLUEPRINT (one per slot), e.g. early=widen_50")
+            if self.slots and slot not in self.slots:
+                raise ValueError(f"slot_blueprints: {slot!r} is not among the heuristic's slots: {' '.join(self.slots)}")
+            pinned[slot] = blueprint
+        return pinned
 
 
 def tuned_heuristic_knobs(task_name: str) -> dict[str, Any]:
@@ -131,7 +151,8 @@ class HeuristicController:
        past warm-up and cooldown, within the seed budget, and with enough epochs left for a
        seed to be trained, blended and judged (the gates' dwell times). Each slot rotates
        through the blueprints on its own, starting with the largest; the blueprint is the next
-       in that slot's rotation with the lowest penalty for recent culls (anywhere);
+       in that slot's rotation with the lowest penalty for recent culls (anywhere), or the one
+       `slot_blueprints` pins to the slot;
     4. otherwise wait.
 
     The controller reads the env's `GateThresholds`, so it never asks for an op the gates refuse.
@@ -151,12 +172,17 @@ class HeuristicController:
         self.enabled_slots = tuple(enabled_slots)
         self.topology = topology
         self.rotation = heuristic_rotation(topology, self.config.blueprint_order, blueprints)
+        self.pinned = self.config.pinned_blueprints()
+        for slot, name in self.pinned.items():
+            get_blueprint(topology, name)  # a name the topology lacks: ValueError naming the valid ones
+            if blueprints and name not in blueprints:
+                raise ValueError(f"slot_blueprints {slot}={name}: not among the run's blueprints: {' '.join(blueprints)}")
         self.reset()
 
     def reset(self) -> None:
         """Start of an episode: every slot's rotation restarts, penalties clear."""
         self._next = dict.fromkeys(self.enabled_slots, 0)
-        self.penalty = dict.fromkeys(self.rotation, 0.0)
+        self.penalty = dict.fromkeys((*self.rotation, *self.pinned.values()), 0.0)
         self._blueprint_in_slot: dict[str, str] = {}
 
     def epochs_to_judge(self, blueprint: str) -> int:
@@ -227,12 +253,16 @@ class HeuristicController:
         for slot, change in changes:
             if change.target is SeedStage.GERMINATED and decision.slot == slot and decision.blueprint is not None:
                 self._blueprint_in_slot[slot] = decision.blueprint
-                self._next[slot] = (self.rotation.index(decision.blueprint) + 1) % len(self.rotation)
+                if slot not in self.pinned:
+                    self._next[slot] = (self.rotation.index(decision.blueprint) + 1) % len(self.rotation)
             elif change.target is SeedStage.CULLED and slot in self._blueprint_in_slot:
                 self.penalty[self._blueprint_in_slot.pop(slot)] += self.config.cull_penalty
 
     def _choose_blueprint(self, slot: str) -> str:
-        """The next blueprint in the slot's rotation, skipping recently culled ones. No side effects."""
+        """The slot's pinned blueprint, else the next in its rotation, skipping recently culled
+        ones. No side effects."""
+        if slot in self.pinned:
+            return self.pinned[slot]
         n, start = len(self.rotation), self._next[slot]
         floor = self.config.penalty_forgotten_below
         order = []
