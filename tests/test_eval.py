@@ -263,6 +263,10 @@ def test_eval_refuses_the_seeds_a_policy_trained_on(
     assert not Path("runs").exists()
 
 
+WIDTH_1 = ("--host.width", "1")
+EARLY = ("--slots", "early")
+
+
 @pytest.mark.parametrize(
     ("argv", "fragments"),
     [
@@ -310,13 +314,19 @@ def test_eval_refuses_the_seeds_a_policy_trained_on(
             ["slot_blueprints early=nope", "'nope'", "widen_50"],
         ),
         (
-            ["--controllers", "heuristic", "--seeds", "0:2", "--heuristic.slot_blueprints", "[early=widen_25]"]
-            + ["--host.width", "1"],
+            [
+                "--controllers",
+                "heuristic",
+                "--seeds",
+                "0:2",
+                "--heuristic.slot_blueprints",
+                "[early=widen_25]",
+                *WIDTH_1,
+            ],
             ["slot_blueprints early=widen_25", "less than one unit"],
         ),
         (
-            ["--controllers", "heuristic", "--seeds", "0:2", "--heuristic.slot_blueprints", "[late=widen_25]"]
-            + ["--slots", "early"],
+            ["--controllers", "heuristic", "--seeds", "0:2", "--heuristic.slot_blueprints", "[late=widen_25]", *EARLY],
             ["--heuristic.slot_blueprints", "'late' is not a slot this run enables"],
         ),
     ],

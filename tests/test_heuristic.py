@@ -284,9 +284,11 @@ def test_slot_blueprints_pin_a_blueprint_to_a_slot_and_leave_the_others_rotating
     assert (d.slot, d.blueprint) == ("early", "widen_50")
     d = decide_and_execute(c, signals([slot("early", SeedStage.TRAINING), slot("mid"), slot("late")]))
     assert (d.slot, d.blueprint) == ("mid", "conv_light")
-    d = decide_and_execute(c, signals([slot("early", SeedStage.TRAINING), slot("mid", SeedStage.TRAINING), slot("late")]))
+    busy = [slot("early", SeedStage.TRAINING), slot("mid", SeedStage.TRAINING), slot("late")]
+    d = decide_and_execute(c, signals(busy))
     assert (d.slot, d.blueprint) == ("late", "widen_25")
-    c.record_step(Decision(LifecycleOp.CULL, "early"), [("early", StageChange(SeedStage.TRAINING, SeedStage.CULLED, "G0"))])
+    culled = ("early", StageChange(SeedStage.TRAINING, SeedStage.CULLED, "G0"))
+    c.record_step(Decision(LifecycleOp.CULL, "early"), [culled])
     d = c.decide(signals([slot("early"), slot("mid", SeedStage.TRAINING), slot("late", SeedStage.TRAINING)]))
     assert (d.slot, d.blueprint) == ("early", "widen_50")  # a cull does not move a pinned slot
 

@@ -115,7 +115,8 @@ class HeuristicConfig:
             if not sep or not slot or not blueprint or slot in pinned:
                 raise ValueError(f"slot_blueprints: {pair!r} is not SLOT=BLUEPRINT (one per slot), e.g. early=widen_50")
             if self.slots and slot not in self.slots:
-                raise ValueError(f"slot_blueprints: {slot!r} is not among the heuristic's slots: {' '.join(self.slots)}")
+                among = " ".join(self.slots)
+                raise ValueError(f"slot_blueprints: {slot!r} is not among the heuristic's slots: {among}")
             pinned[slot] = blueprint
         return pinned
 
@@ -176,7 +177,8 @@ class HeuristicController:
         for slot, name in self.pinned.items():
             get_blueprint(topology, name)  # a name the topology lacks: ValueError naming the valid ones
             if blueprints and name not in blueprints:
-                raise ValueError(f"slot_blueprints {slot}={name}: not among the run's blueprints: {' '.join(blueprints)}")
+                allowed = " ".join(blueprints)
+                raise ValueError(f"slot_blueprints {slot}={name}: not among the run's blueprints: {allowed}")
         self.reset()
 
     def reset(self) -> None:
