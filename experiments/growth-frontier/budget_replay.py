@@ -1,5 +1,5 @@
-"""What the compute budget lets `mid` grow once `early` has grown `widen_50`: one `shapes` run
-driven by hand under v31's gates, printing per epoch the width blueprints each slot may germinate.
+"""What a compute budget lets `early` and `mid` grow, epoch by epoch, once `early` has grown a
+width seed (or with nothing grown): one `shapes` run driven by hand under v31's gates.
 
 It checks the reading of v31's smaller `mid` seed: grown in `early` at epoch 10, as v31 does,
 `widen_50` leaves only `widen_25` affordable in `mid` until fewer epochs are left to pay for,
@@ -32,7 +32,12 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=150)
     parser.add_argument("--early-epoch", type=int, default=10, help="the epoch `early` grows (0: never)")
     parser.add_argument("--epochs", type=int, default=20, help="epochs to replay (of the run's 40)")
-    parser.add_argument("--early-blueprint", default="widen_50", help="the width blueprint `early` grows")
+    parser.add_argument(
+        "--early-blueprint",
+        default="widen_50",
+        choices=("widen_25", "widen_50", "widen_100"),
+        help="the width blueprint `early` grows",
+    )
     parser.add_argument("--budget", type=float, default=1.54, help="--gates.compute_budget (1.54: v31's)")
     args = parser.parse_args()
     torch.set_num_threads(1)
