@@ -147,6 +147,11 @@ def test_resume_from_an_older_round_refuses_to_overwrite_later_checkpoints(
         (["--amp", "bf16"], ("--amp bf16 is for CUDA hosts", "cpu")),
         (["--amp", "fp8"], ("unknown --amp precision 'fp8'", "bf16 fp16")),
         (["--observe-budget"], ("--observe-budget needs a compute budget", "--gates.compute_budget")),
+        (
+            ["--heuristic.slot_blueprints", "[early=widen_50]", "--blueprints", "conv_heavy"],
+            ("slot_blueprints early=widen_50: not among the run's blueprints: conv_heavy",),
+        ),
+        (["--heuristic.slot_blueprints", "[late=conv_heavy]", "--slots", "early"], ("'late' is not a slot",)),
     ],
 )
 def test_bad_arguments_get_one_line_and_exit_2(

@@ -4,6 +4,7 @@ telemetry."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import platform
@@ -94,6 +95,27 @@ def check_heuristic_slots(knobs: HeuristicConfig, slots: Sequence[str], where: s
     for name in knobs.slots:
         if name not in slots:
             raise UsageError(f"{where}: {name!r} is not a slot this run enables; enabled: {' '.join(slots)}")
+
+
+def check_heuristic_pins(
+    task: TaskSpec,
+    knobs: HeuristicConfig,
+    slots: Sequence[str],
+    blueprints: Sequence[str] | None,
+    host_width: int | None,
+    prefix: str = "--heuristic.",
+) -> dict[str, str]:
+    """The heuristic's `slot_blueprints`, once each pair is well formed, names a slot the run
+    enables and a blueprint among `blueprints` (when given) that fits its slot; `prefix` names
+    where the knobs came from in the error."""
+    try:
+        pinned = knobs.pinned_blueprints(blueprints)
+    except ValueError as exc:
+        raise UsageError(f"{prefix}{exc}") from None
+    check_heuristic_slots(dataclasses.replace(knobs, slots=tuple(pinned)), slots, f"{prefix}slot_blueprints")
+    for slot, name in pinned.items():
+        check_blueprints_fit(task, host_width, [slot], [name], f"{prefix}slot_blueprints {slot}={name}")
+    return pinned
 
 
 def check_minimum(name: str, value: int, minimum: int) -> None:

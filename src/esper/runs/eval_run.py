@@ -49,6 +49,7 @@ from esper.runs.common import (
     UsageError,
     apply_deterministic,
     check_blueprints_fit,
+    check_heuristic_pins,
     check_heuristic_slots,
     check_host_builds,
     check_minimum,
@@ -386,16 +387,7 @@ def check_heuristic_fits(
     knobs = heuristic_knobs(spec, run_knobs)
     prefix = f"heuristic:{spec.path} " if spec.path else "--heuristic."
     check_heuristic_slots(knobs, slots, f"{prefix}slots")
-    try:
-        pinned = knobs.pinned_blueprints()
-    except ValueError as exc:
-        raise UsageError(f"{prefix}{exc}") from None
-    check_heuristic_slots(dataclasses.replace(knobs, slots=tuple(pinned)), slots, f"{prefix}slot_blueprints")
-    for slot, name in pinned.items():
-        where = f"{prefix}slot_blueprints {slot}={name}"
-        if blueprints is not None and name not in blueprints:
-            raise UsageError(f"{where}: not among --blueprints: {' '.join(blueprints)}")
-        check_blueprints_fit(task, host_width, [slot], [name], where)
+    pinned = check_heuristic_pins(task, knobs, slots, blueprints, host_width, prefix)
     if blueprints is not None:
         return
     rotating = [s for s in knobs.slots or slots if s not in pinned]

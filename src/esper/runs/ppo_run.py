@@ -34,6 +34,7 @@ from esper.runs.common import (
     a_run_of,
     apply_deterministic,
     check_blueprints_fit,
+    check_heuristic_pins,
     check_heuristic_slots,
     check_host_builds,
     check_minimum,
@@ -179,6 +180,7 @@ def resolve_ppo(args: argparse.Namespace, rest: Sequence[str] = (), ctx: DistCon
     check_heuristic_slots(knobs["heuristic"], slots)  # the cloning teacher's
     blueprints = policy_blueprints(task, settings["blueprints"])
     check_blueprints_fit(task, knobs["host"].width, slots, blueprints)
+    check_heuristic_pins(task, knobs["heuristic"], slots, blueprints, knobs["host"].width)  # the teacher's
     config = trainer_config(settings, knobs)
     spaces = policy_spaces(task, blueprints, config.observe_budget, knobs["gates"])
     init_policy = resolve_init_policy(settings, resume, task, spaces)

@@ -106,9 +106,10 @@ class HeuristicConfig:
         config.pinned_blueprints()  # a malformed pair fails here, where the knobs are read
         return config
 
-    def pinned_blueprints(self) -> dict[str, str]:
-        """`slot_blueprints` as slot -> blueprint; a malformed or repeated pair, or a slot the
-        `slots` knob leaves out, is a ValueError naming it."""
+    def pinned_blueprints(self, blueprints: Sequence[str] | None = None) -> dict[str, str]:
+        """`slot_blueprints` as slot -> blueprint; a malformed or repeated pair, a slot the
+        `slots` knob leaves out, or a blueprint outside the run's `blueprints` (when given) is a
+        ValueError naming it."""
         pinned: dict[str, str] = {}
         for pair in self.slot_blueprints:
             slot, sep, blueprint = pair.partition("=")
@@ -117,6 +118,9 @@ class HeuristicConfig:
             if self.slots and slot not in self.slots:
                 among = " ".join(self.slots)
                 raise ValueError(f"slot_blueprints: {slot!r} is not among the heuristic's slots: {among}")
+            if blueprints and blueprint not in blueprints:
+                allowed = " ".join(blueprints)
+                raise ValueError(f"slot_blueprints {slot}={blueprint}: not among the run's blueprints: {allowed}")
             pinned[slot] = blueprint
         return pinned
 
@@ -173,12 +177,9 @@ class HeuristicController:
         self.enabled_slots = tuple(enabled_slots)
         self.topology = topology
         self.rotation = heuristic_rotation(topology, self.config.blueprint_order, blueprints)
-        self.pinned = self.config.pinned_blueprints()
-        for slot, name in self.pinned.items():
+        self.pinned = self.config.pinned_blueprints(blueprints)
+        for name in self.pinned.values():
             get_blueprint(topology, name)  # a name the topology lacks: ValueError naming the valid ones
-            if blueprints and name not in blueprints:
-                allowed = " ".join(blueprints)
-                raise ValueError(f"slot_blueprints {slot}={name}: not among the run's blueprints: {allowed}")
         self.reset()
 
     def reset(self) -> None:
