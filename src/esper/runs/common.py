@@ -105,9 +105,10 @@ def check_heuristic_pins(
     host_width: int | None,
     prefix: str = "--heuristic.",
 ) -> dict[str, str]:
-    """The heuristic's `slot_blueprints`, once each pair is well formed, names a slot the run
-    enables and a blueprint among `blueprints` (when given) that fits its slot; `prefix` names
-    where the knobs came from in the error."""
+    """The heuristic's `slots` knob names slots the run enables, and its `slot_blueprints`, once
+    each pair is well formed, a slot the run enables and a blueprint among `blueprints` (when
+    given) that fits its slot; `prefix` names where the knobs came from in the error."""
+    check_heuristic_slots(knobs, slots, f"{prefix}slots")
     try:
         pinned = knobs.pinned_blueprints(blueprints)
     except ValueError as exc:

@@ -50,7 +50,6 @@ from esper.runs.common import (
     apply_deterministic,
     check_blueprints_fit,
     check_heuristic_pins,
-    check_heuristic_slots,
     check_host_builds,
     check_minimum,
     check_run_dir,
@@ -386,7 +385,6 @@ def check_heuristic_fits(
         return
     knobs = heuristic_knobs(spec, run_knobs)
     prefix = f"heuristic:{spec.path} " if spec.path else "--heuristic."
-    check_heuristic_slots(knobs, slots, f"{prefix}slots")
     pinned = check_heuristic_pins(task, knobs, slots, blueprints, host_width, prefix)
     if blueprints is not None:
         return

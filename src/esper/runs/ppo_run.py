@@ -35,7 +35,6 @@ from esper.runs.common import (
     apply_deterministic,
     check_blueprints_fit,
     check_heuristic_pins,
-    check_heuristic_slots,
     check_host_builds,
     check_minimum,
     check_run_dir,
@@ -177,10 +176,9 @@ def resolve_ppo(args: argparse.Namespace, rest: Sequence[str] = (), ctx: DistCon
     amp = resolve_amp(settings["amp"], devices)
     check_host_builds(task, knobs["host"].width)
     slots = resolve_slots(task, settings["slots"])
-    check_heuristic_slots(knobs["heuristic"], slots)  # the cloning teacher's
     blueprints = policy_blueprints(task, settings["blueprints"])
     check_blueprints_fit(task, knobs["host"].width, slots, blueprints)
-    check_heuristic_pins(task, knobs["heuristic"], slots, blueprints, knobs["host"].width)  # the teacher's
+    check_heuristic_pins(task, knobs["heuristic"], slots, blueprints, knobs["host"].width)  # the cloning teacher's
     config = trainer_config(settings, knobs)
     spaces = policy_spaces(task, blueprints, config.observe_budget, knobs["gates"])
     init_policy = resolve_init_policy(settings, resume, task, spaces)
