@@ -343,6 +343,12 @@ def test_a_bad_heuristic_file_is_named_once_in_its_error(tiny_shapes, workdir: P
     assert line.count(f"heuristic:{knobs}") == 1, line
 
 
+def test_a_missing_heuristic_file_is_named_as_given_not_as_a_config(tiny_shapes, workdir: Path, capsys) -> None:
+    """It was reported as `--config 'nope.toml' cannot be read`, a flag the user never gave."""
+    line = check_usage_error(capsys, ["eval", "--controllers", "heuristic:nope.toml", "--seeds", "0:2", *FAST])
+    assert line.startswith("esper: error: heuristic:nope.toml cannot be read") and "--config" not in line, line
+
+
 def test_a_width_blueprint_of_the_order_is_checked_where_a_heuristic_runs_on_its_slots(
     tiny_shapes, workdir: Path, tmp_path: Path, capsys
 ) -> None:

@@ -12,6 +12,7 @@ from conftest import EXPERIMENTS, load_benchmark
 from esper.tolaria import get_task
 
 frontier = load_benchmark("frontier", EXPERIMENTS / "growth-frontier")
+PINNED = EXPERIMENTS / "growth-frontier/heuristic_shapes_w10_pinned.toml"
 
 
 def rows(arm: str, width: int, params: int, gflops: float, accuracies: list[float]) -> list[dict]:
@@ -70,6 +71,9 @@ def test_on_text_the_front_is_in_bits_per_byte_and_lower_is_better() -> None:
         (["--arms", "naive~blend=2"], "unknown gate threshold 'blend'"),
         (["--arms", "naive~blend_epochs=two"], "takes a number"),
         (["--start-widths", "0"], ">= 1"),
+        (["--arms", "heuristic:nope.toml"], "heuristic:nope.toml cannot be read"),
+        (["--arms", f"heuristic:{PINNED}~compute_budget=0.5"], "compute_budget must be >= 1"),
+        (["--arms", f"heuristic:{PINNED}", "--start-widths", "1"], "slot_blueprints early=widen_50"),
     ],
 )
 def test_bad_input_is_one_line_with_exit_code_2(argv: list[str], fragment: str, tmp_path: Path, capsys) -> None:
@@ -108,12 +112,38 @@ def test_an_arm_runs_under_the_gate_thresholds_its_name_carries() -> None:
         frontier.job(task, frontier.Arm("naive~keep_reading=fresh", 8), 200, 40)
 
 
-def test_every_arm_trains_without_the_warm_up_its_held_episodes_never_had() -> None:
+def test_the_first_recipe_trains_without_the_warm_up_its_held_episodes_never_had() -> None:
     task = frontier.get_task("shapes")
     assert task.warmup_for(40) == 3  # the task's own since 2026-11-28
+    first = frontier.RECIPES["2026-11-27"]
     for name in ("static", "naive", "heuristic", "heuristic+width", "policy:shapes"):
-        job = frontier.job(task, frontier.Arm(name, 8), 200, 40)
+        job = frontier.job(task, frontier.Arm(name, 8), 200, 40, first)
         assert frontier.EnvConfig(task=task, **job.env_fields).episode_lr_warmup_epochs == 0, name
+
+
+def test_the_default_recipe_trains_as_esper_eval_does_today(tmp_path: Path, capsys) -> None:
+    """The task's warm-up and Esper's gates (the loss reading), in a folder of its own; C_J joins
+    the shapes arms; a folder holding episodes of the other recipe is refused, not mixed in."""
+    task, recipe = frontier.get_task("shapes"), frontier.RECIPES["default"]
+    job = frontier.job(task, frontier.Arm("naive~blend_epochs=2", 8), 200, 40, recipe)
+    env = frontier.EnvConfig(task=task, **job.env_fields)
+    assert (env.episode_lr_warmup_epochs, env.thresholds) == (3, frontier.GateThresholds(blend_epochs=2))
+    assert frontier.default_arms(task, recipe)[-1] == frontier.PINNED_ARM
+    assert frontier.PINNED_ARM not in frontier.default_arms(task, frontier.RECIPES["2026-11-27"])
+    assert frontier.PINNED_ARM not in frontier.default_arms(frontier.get_task("pydoc"), recipe)
+    assert frontier.main(["--seeds", "0:2", "--out-dir", str(tmp_path / "none"), "--arms", "x"]) == 2
+    capsys.readouterr()
+    held = rows("static", 2, 100, 10.0, [50.0, 51.0])  # no recipe recorded: the first one's
+    (tmp_path / "episodes.jsonl").write_text("".join(json.dumps(r) + "\n" for r in held))
+    before = (tmp_path / "episodes.jsonl").read_text()
+    assert frontier.main(["--seeds", "0:2", "--widths", "2:4", "--arms", "naive", "--out-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and "2 held episodes" in err[0] and "'2026-11-27', not 'default'" in err[0], err
+    assert (tmp_path / "episodes.jsonl").read_text() == before
+    row = frontier.row_of(frontier.Arm("static", 2), {"seed": 0, "test_accuracy": 1.0, "test_loss": 1.0,
+        "host_params": 1, "seed_params": 0, "train_gflops": 1.0, "measure_gflops": 0.1, "seconds": 1.0,
+        "grown_seeds": []}, "test", None, recipe)  # fmt: skip
+    assert frontier.held_recipe(row) == "default" and frontier.held_recipe(held[0]) == "2026-11-27"
 
 
 def test_a_heuristic_arm_records_its_knobs_and_runs_with_them() -> None:
@@ -127,6 +157,21 @@ def test_a_heuristic_arm_records_its_knobs_and_runs_with_them() -> None:
     row = frontier.row_of(frontier.Arm("heuristic+width", 8), result, "test", width)
     assert row["heuristic"]["blueprint_order"][:2] == list(frontier.WIDTH_FIRST)
     assert frontier.row_of(frontier.Arm("static", 8), result, "test", None)["heuristic"] is None
+
+
+def test_a_knobs_file_arm_runs_its_file_over_the_tuned_knobs_under_the_gates_it_carries() -> None:
+    """`heuristic:FILE~GATES` puts a grower of `esper eval` (C_J) on the front as that eval ran it."""
+    task = frontier.get_task("shapes")
+    name = f"heuristic:{PINNED}~compute_budget=1.54,probation_cull_contribution=-0.5"
+    knobs = frontier.arm_heuristic(task, name)
+    assert knobs == frontier.heuristic_from_file(str(PINNED), frontier.tuned_heuristic("shapes"))
+    assert knobs.slot_blueprints and knobs != frontier.tuned_heuristic("shapes")
+    job = frontier.job(task, frontier.Arm(name, 8), 200, 40)
+    assert (job.spec.kind, job.heuristic, job.blueprints) == ("heuristic", knobs, None)
+    gates = job.env_fields["thresholds"]
+    assert (gates.compute_budget, gates.probation_cull_contribution, gates.keep_reading) == (1.54, -0.5, "accuracy")
+    assert frontier.gate_thresholds(f"heuristic:{PINNED}~compute_budget=none").compute_budget is None
+    assert frontier.arm_label(name) == "heuristic:heuristic_shapes_w10_pinned (gates changed)"
 
 
 def test_the_width_arm_names_each_width_blueprint_once(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -158,7 +203,7 @@ def test_held_heuristic_episodes_of_other_knobs_are_refused(tmp_path: Path, caps
     log.write_text("".join(json.dumps(r) + "\n" for r in held))
     frontier.check_held_arms(task, held[:1], [frontier.Arm("heuristic", 8)], log)  # today's knobs: reused
     before = log.read_text()
-    argv = ["--seeds", "0:2", "--widths", "2:4", "--start-widths", "8", "--arms", "heuristic"]
+    argv = ["--seeds", "0:2", "--widths", "2:4", "--start-widths", "8", "--arms", "heuristic", "--recipe", "2026-11-27"]
     assert frontier.main([*argv, "--out-dir", str(tmp_path)]) == 2
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and "1 held episodes of arm 'heuristic'" in err[0] and "other heuristic knobs" in err[0]
@@ -183,6 +228,7 @@ def test_held_policy_episodes_of_another_policy_are_refused(tmp_path: Path, caps
     log.write_text("".join(json.dumps(r) + "\n" for r in held))
     before = log.read_text()
     argv = ["--seeds", "0:2", "--widths", "2:4", "--start-widths", "8", "--arms", "policy:shapes"]
+    argv += ["--recipe", "2026-11-27"]
     assert frontier.main([*argv, "--out-dir", str(tmp_path)]) == 2
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and "2 held episodes of arm 'policy:shapes'" in err[0] and "move them aside" in err[0]
@@ -240,7 +286,8 @@ def test_repeat_held_refuses_an_episode_it_does_not_hold(tmp_path: Path, capsys)
 def test_repeat_held_refuses_held_heuristic_episodes_of_other_knobs(tmp_path: Path, capsys) -> None:
     held = rows("heuristic", 4, 100, 10.0, [50.0])  # no knobs recorded: not today's
     (tmp_path / "episodes.jsonl").write_text("".join(json.dumps(r) + "\n" for r in held))
-    assert repeat_held.main(["--arms", "heuristic", "--seed", "0", "--out-dir", str(tmp_path)]) == 2
+    argv = ["--arms", "heuristic", "--seed", "0", "--recipe", "2026-11-27", "--out-dir", str(tmp_path)]
+    assert repeat_held.main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "other heuristic knobs" in err[0]
 

@@ -10,12 +10,17 @@ for its training compute. Growing arms start from a host on (or below) that fron
   (`widen_25`, `widen_50`), then the residual ones;
 - `naive`: naive growth, `widen_25` germinated once in every slot from epoch 5, kept wherever
   the gates pass it (no controller); `naive:BLUEPRINT@EPOCH` names another blueprint or epoch;
-- `policy:shapes`: the shipped learned controller (on `shapes`).
+- `policy:shapes`: the shipped learned controller (on `shapes`);
+- `heuristic:FILE`: the heuristic with a knobs file's `[heuristic]` table over the task's tuned
+  knobs, as `esper eval --controllers heuristic:FILE` runs it (not a default arm).
 
-An arm may carry gate thresholds after a `~` (`naive~min_training_epochs=1,blend_epochs=1`,
-`heuristic~keep_reading=loss`): its episodes run under those `GateThresholds`, and elsewhere
-under `FRONTIER_GATES`, the defaults with the accuracy reading of a seed's contribution, which
-every held episode ran with (Esper's default reads the loss since 2026-11-27).
+Every arm trains by one recipe (`--recipe`): `default`, the task's learning-rate warm-up and
+Esper's gates as `esper eval` runs them today (written to `<task>/default_recipe`); or
+`2026-11-27`, the recipe of the first frontier (no warm-up, the accuracy reading of a seed's
+contribution; written to `<task>`). On `shapes` the `default` recipe adds C_J (`PINNED_ARM`), the
+grower that met the growth bar against the static host of its own size. An arm may carry gate
+thresholds after a `~` (`naive~min_training_epochs=1,blend_epochs=1`,
+`heuristic~keep_reading=loss`): its episodes run under those over the recipe's.
 
 Each growing arm runs from every start width given (`--start-widths`; by default the task's
 width and, on `shapes`, half of it). Every episode of a seed sees the same data order. Each arm's
@@ -33,10 +38,12 @@ name) or with no hash recorded are refused, not mixed in. Every episode records 
 and CPU kernels it ran on (since 2026-11-27). `repeat_held.py` checks that new code repeats held
 episodes.
 Writes `<out-dir>/frontier_seedsA-B.json` and `.png` for the seeds asked for. The default
-`<out-dir>` is `experiments/growth-frontier/results/<task>`.
+`<out-dir>` is `experiments/growth-frontier/results/<task>/default_recipe` (`<task>` for the
+`2026-11-27` recipe). Episodes of another recipe in the folder are refused.
 
 Usage: python experiments/growth-frontier/frontier.py --task shapes --seeds 200:210 [--workers N]
-           [--widths 4:13] [--start-widths 8 4] [--arms heuristic naive ...] [--out-dir DIR]
+           [--widths 4:13] [--start-widths 8 4] [--arms heuristic naive ...] [--recipe default]
+           [--out-dir DIR]
 """
 
 from __future__ import annotations
@@ -62,9 +69,9 @@ from esper.karn import estimate, paired_difference, write_json_atomic
 from esper.karn.rundir import read_jsonl
 from esper.kasmina import Topology
 from esper.leyline import GateThresholds
-from esper.runs.common import UsageError, legacy_knobs, torch_build
+from esper.runs.common import UsageError, check_heuristic_pins, legacy_knobs, torch_build
 from esper.runs.config import HostTraining, jsonable, read_config_file
-from esper.runs.eval_run import ControllerSpec, EpisodeJob, naive_schedule, parse_seeds, run_one
+from esper.runs.eval_run import ControllerSpec, EpisodeJob, heuristic_from_file, naive_schedule, parse_seeds, run_one
 from esper.runs.grow_run import DEFAULT_MAX_GERMINATIONS
 from esper.simic.checkpoint import policy_sha256
 from esper.tamiyo import PREFERRED_BLUEPRINTS, HeuristicConfig, trained_policy_path, tuned_heuristic
@@ -92,35 +99,64 @@ class Arm:
         return f"{self.name}@{self.width}"
 
 
-FRONTIER_WARMUP_EPOCHS = 0
-"""Every arm trains without a learning-rate warm-up, the recipe of every held episode: `shapes`
-has warmed up for 3 of its 40 epochs by default since 2026-11-28."""
+@dataclasses.dataclass(frozen=True)
+class Recipe:
+    """How every arm of a frontier trains, so a folder's episodes are of one recipe."""
 
-FRONTIER_GATES = GateThresholds(keep_reading="accuracy")
-"""The gates every arm runs under unless its name says otherwise: the accuracy reading, the
-default until 2026-11-27, which every held episode ran with (`~keep_reading=loss` for the other)."""
+    name: str
+    lr_warmup_epochs: int | None
+    """None: the task's own warm-up (`TaskSpec.warmup_for`), as `esper eval` runs it."""
+    gates: GateThresholds
+    folder: str
+    """Under `results/<task>/`."""
 
 
-def gate_thresholds(arm_name: str) -> GateThresholds:
-    """The thresholds an arm's name sets after `~` (`KEY=VALUE,...`), over `FRONTIER_GATES`."""
+RECIPES = {
+    "default": Recipe("default", None, GateThresholds(), "default_recipe"),
+    "2026-11-27": Recipe("2026-11-27", 0, GateThresholds(keep_reading="accuracy"), ""),
+}
+"""`2026-11-27`: the first frontier's recipe, before `shapes` warmed up for 3 of its 40 epochs
+(2026-11-28) and while seeds were kept or culled on the accuracy reading (until 2026-11-27). A
+held row without a recipe ran it."""
+FIRST_RECIPE = RECIPES["2026-11-27"]
+
+PINNED_ARM = (
+    "heuristic:experiments/growth-frontier/heuristic_shapes_w10_pinned.toml"
+    "~compute_budget=1.54,probation_cull_contribution=-0.5,fossilize_min_contribution=-0.5"
+)
+"""C_J, the grower that met the growth bar against the static host of its own size, with the
+gates its evals ran under (run from the repository's root)."""
+
+
+def default_arms(task: TaskSpec, recipe: Recipe) -> list[str]:
+    arms = [a for a in DEFAULT_ARMS if not a.startswith("policy:") or a == f"policy:{task.name}"]
+    return arms + ([PINNED_ARM] if task.name == "shapes" and recipe.name == "default" else [])
+
+
+def gate_thresholds(arm_name: str, recipe: Recipe = FIRST_RECIPE) -> GateThresholds:
+    """The thresholds an arm's name sets after `~` (`KEY=VALUE,...`), over the recipe's."""
     given = arm_name.partition("~")[2]
     if not given:
-        return FRONTIER_GATES
+        return recipe.gates
     fields = {f.name: f.type for f in dataclasses.fields(GateThresholds)}
     values: dict[str, Any] = {}
     for pair in given.split(","):
         key, _, value = pair.partition("=")
         if key not in fields:
             raise UsageError(f"--arms {arm_name!r}: unknown gate threshold {key!r}; choose from: {' '.join(fields)}")
-        if fields[key] in (str, "str"):
+        kind = str(fields[key])
+        if kind == "str":
             values[key] = value
             continue
+        if "None" in kind and value.lower() == "none":
+            values[key] = None
+            continue
         try:
-            values[key] = (float if fields[key] in (float, "float") else int)(value)
+            values[key] = (float if "float" in kind else int)(value)
         except ValueError:
             raise UsageError(f"--arms {arm_name!r}: {key} takes a number, got {value!r}") from None
     try:
-        return dataclasses.replace(FRONTIER_GATES, **values)
+        return dataclasses.replace(recipe.gates, **values)
     except ValueError as exc:
         raise UsageError(f"--arms {arm_name!r}: {exc}") from None
 
@@ -137,8 +173,11 @@ def residual_heuristic(task: TaskSpec) -> HeuristicConfig:
 
 def arm_heuristic(task: TaskSpec, arm_name: str) -> HeuristicConfig | None:
     """The knobs a heuristic arm runs with (None for the other arms): the residual heuristic
-    (`residual_heuristic`), with the width blueprints first for `heuristic+width`."""
+    (`residual_heuristic`), with the width blueprints first for `heuristic+width`; a file's
+    over the task's tuned knobs for `heuristic:FILE`."""
     name = arm_name.partition("~")[0]
+    if name.startswith("heuristic:"):
+        return heuristic_from_file(name.partition(":")[2], tuned_heuristic(task.name))
     if name not in ("heuristic", "heuristic+width"):
         return None
     heuristic = residual_heuristic(task)
@@ -148,7 +187,7 @@ def arm_heuristic(task: TaskSpec, arm_name: str) -> HeuristicConfig | None:
     return heuristic
 
 
-def job(task: TaskSpec, arm: Arm, seed: int, epochs: int) -> EpisodeJob:
+def job(task: TaskSpec, arm: Arm, seed: int, epochs: int, recipe: Recipe = FIRST_RECIPE) -> EpisodeJob:
     """The episode `esper eval` would run for this arm and seed."""
     heuristic = arm_heuristic(task, arm.name) or residual_heuristic(task)  # read by heuristic arms only
     blueprints = None
@@ -159,6 +198,8 @@ def job(task: TaskSpec, arm: Arm, seed: int, epochs: int) -> EpisodeJob:
     elif name == "heuristic+width":
         spec = ControllerSpec("heuristic", "heuristic")
         blueprints = heuristic.blueprint_order
+    elif name.startswith("heuristic:"):
+        spec = ControllerSpec(name, "heuristic")  # the knobs read from the file travel in `heuristic`
     elif name.partition(":")[0] == "naive":
         naive = NAIVE if name == "naive" else name
         spec = ControllerSpec(naive, "naive", naive.partition(":")[2])
@@ -170,9 +211,9 @@ def job(task: TaskSpec, arm: Arm, seed: int, epochs: int) -> EpisodeJob:
         epochs,
         task.slot_names,
         0 if spec.kind == "static" else DEFAULT_MAX_GERMINATIONS,
-        thresholds=gate_thresholds(arm.name),
+        thresholds=gate_thresholds(arm.name, recipe),
         host_width=arm.width,
-        lr_warmup_epochs=FRONTIER_WARMUP_EPOCHS,
+        lr_warmup_epochs=recipe.lr_warmup_epochs,
     )
     fields = {f.name: getattr(env, f.name) for f in dataclasses.fields(env) if f.name != "task"}
     host = dataclasses.asdict(HostTraining())
@@ -184,6 +225,14 @@ def _policy_path(name: str) -> Path:
     if path is None:
         raise UsageError(f"--arms {name}: no shipped policy of that name")
     return path
+
+
+def arm_label(arm_name: str) -> str:
+    """An arm's name in the figure's legend: a knobs file by its stem, gate changes marked."""
+    name, tilde, _ = arm_name.partition("~")
+    if name.startswith("heuristic:"):
+        name = f"heuristic:{Path(name.partition(':')[2]).stem}"
+    return name + (" (gates changed)" if tilde else "")
 
 
 def code_version() -> str:
@@ -199,13 +248,16 @@ def code_version() -> str:
     return found.stdout.strip()
 
 
-def row_of(arm: Arm, result: dict[str, Any], version: str, heuristic: HeuristicConfig | None) -> dict[str, Any]:
+def row_of(
+    arm: Arm, result: dict[str, Any], version: str, heuristic: HeuristicConfig | None, recipe: Recipe = FIRST_RECIPE
+) -> dict[str, Any]:
     """An episode's line in `episodes.jsonl`; a heuristic arm's carries its knobs and a policy
     arm's the hash of the policy that played, so episodes of other knobs (a heuristic tuned again)
     or of another policy (one shipped again under the same name) are never taken for today's
     (`check_held_arms`)."""
     return {
         "code": version,
+        "recipe": recipe.name,
         "arm": arm.name,
         "start_width": arm.width,
         "seed": result["seed"],
@@ -230,10 +282,22 @@ def held_knobs(row: dict[str, Any]) -> dict[str, Any] | None:
     return legacy_knobs({"heuristic": row["heuristic"]})["heuristic"]
 
 
-def check_held_arms(task: TaskSpec, rows: list[dict[str, Any]], arms: list[Arm], log: Path) -> None:
-    """Held episodes of a heuristic arm must have run with the knobs it runs with today, and those
-    of a policy arm with the policy it loads today; a `UsageError` otherwise (the frontier would
-    pair old episodes with new ones under one name)."""
+def held_recipe(row: dict[str, Any]) -> str:
+    return row.get("recipe", FIRST_RECIPE.name)
+
+
+def check_held_arms(
+    task: TaskSpec, rows: list[dict[str, Any]], arms: list[Arm], log: Path, recipe: Recipe = FIRST_RECIPE
+) -> None:
+    """Held episodes must have run by the recipe asked for, a heuristic arm's with the knobs it
+    runs with today, and a policy arm's with the policy it loads today; a `UsageError` otherwise
+    (the frontier would pair old episodes with new ones under one name)."""
+    other_recipe = [r for r in rows if held_recipe(r) != recipe.name]
+    if other_recipe:
+        raise UsageError(
+            f"{len(other_recipe)} held episodes in {log} ran by the recipe {held_recipe(other_recipe[0])!r}, "
+            f"not {recipe.name!r}; give that --recipe, or another --out-dir"
+        )
     for name in sorted({a.name for a in arms}):
         knobs = arm_heuristic(task, name)
         if knobs is not None:
@@ -256,20 +320,22 @@ def check_held_arms(task: TaskSpec, rows: list[dict[str, Any]], arms: list[Arm],
                 )
 
 
-def run_episodes(task: TaskSpec, arms: list[Arm], seeds: list[int], epochs: int, workers: int, out: Path) -> list[dict]:
+def run_episodes(
+    task: TaskSpec, arms: list[Arm], seeds: list[int], epochs: int, workers: int, out: Path, recipe: Recipe
+) -> list[dict]:
     """Every (arm, seed) episode not yet in `out/episodes.jsonl`, appended there as each ends."""
     log = out / "episodes.jsonl"
     rows = read_jsonl(log) if log.exists() else []
-    check_held_arms(task, rows, arms, log)
+    check_held_arms(task, rows, arms, log, recipe)
     done = {(r["arm"], r["start_width"], r["seed"]) for r in rows}
     todo = [(a, s) for a in arms for s in seeds if (a.name, a.width, s) not in done]
     print(f"frontier: {len(rows)} episodes held, {len(todo)} to run, {workers} workers", file=sys.stderr, flush=True)
     context, version = multiprocessing.get_context("spawn"), code_version()
     with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool, log.open("a") as sink:
-        futures = {pool.submit(run_one, job(task, arm, seed, epochs)): arm for arm, seed in todo}
+        futures = {pool.submit(run_one, job(task, arm, seed, epochs, recipe)): arm for arm, seed in todo}
         for future in concurrent.futures.as_completed(futures):
             arm = futures[future]
-            row = row_of(arm, future.result(), version, arm_heuristic(task, arm.name))
+            row = row_of(arm, future.result(), version, arm_heuristic(task, arm.name), recipe)
             sink.write(json.dumps(row) + "\n")
             sink.flush()
             rows.append(row)
@@ -401,7 +467,7 @@ def draw(summary: dict, path: Path) -> None:
             mean = g[m]["mean"]
             err = [[mean - low], [high - mean]] if low is not None else None
             ax.errorbar([g[key]], [mean], yerr=err, marker="os^Dv<>"[i % 7], capsize=3, linestyle="none",
-                        label=f"{g['arm']} from w{g['start_width']} (95% CI)")  # fmt: skip
+                        label=f"{arm_label(g['arm'])} from w{g['start_width']} (95% CI)")  # fmt: skip
         ax.set_xscale("log")
         ax.set_xlabel(label + " (log)")
         ax.grid(alpha=0.3)
@@ -441,12 +507,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--max-epochs", type=int, help="episode length (default: the task's)")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument(
-        "--out-dir", help="where episodes, JSON and figure go (default experiments/growth-frontier/results/TASK)"
+        "--recipe", default="default", choices=list(RECIPES), help="how every arm trains (default: Esper's defaults)"
+    )
+    parser.add_argument(
+        "--out-dir",
+        help="where episodes, JSON and figure go (default experiments/growth-frontier/results/TASK/default_recipe)",
     )
     return parser.parse_args(argv)
 
 
-def resolve(args: argparse.Namespace) -> tuple[TaskSpec, list[Arm], list[int], list[int], int, Path]:
+def resolve(args: argparse.Namespace) -> tuple[TaskSpec, list[Arm], list[int], list[int], int, Path, Recipe]:
     """The task, arms, static widths, seeds, epochs and output folder; `UsageError` on bad input."""
     if args.task not in TASKS:
         raise UsageError(f"--task {args.task!r}: choose from: {' '.join(TASKS)}")
@@ -462,38 +532,51 @@ def resolve(args: argparse.Namespace) -> tuple[TaskSpec, list[Arm], list[int], l
     starts = args.start_widths or (
         [task.host_width, task.host_width // 2] if task.name == "shapes" else [task.host_width]
     )
-    names = args.arms or [a for a in DEFAULT_ARMS if not a.startswith("policy:") or a == f"policy:{task.name}"]
+    recipe = RECIPES[args.recipe]
+    names = args.arms or default_arms(task, recipe)
     for given in names:
         name = given.partition("~")[0]
-        if name not in DEFAULT_ARMS and not name.startswith("naive:"):
-            raise UsageError(f"--arms {given!r}: choose from: {' '.join(DEFAULT_ARMS)} naive:BLUEPRINT@EPOCH [~GATES]")
+        if name not in DEFAULT_ARMS and not name.startswith(("naive:", "heuristic:")):
+            raise UsageError(
+                f"--arms {given!r}: choose from: {' '.join(DEFAULT_ARMS)} naive:BLUEPRINT@EPOCH heuristic:FILE [~GATES]"
+            )
         if name.startswith("naive:"):
             naive_schedule(name, name.partition(":")[2])
-        gate_thresholds(given)
+        arm_heuristic(task, name)  # a heuristic arm's knobs file reads
+        gate_thresholds(given, recipe)
     for w in (*widths, *starts):
         if w < 1:
             raise UsageError(f"widths must be >= 1, got {w}")
     arms = [Arm("static", w) for w in widths] + [Arm(n, s) for s in starts for n in names]
+    for arm in arms:
+        if arm.name.startswith("heuristic:"):
+            knobs = arm_heuristic(task, arm.name)
+            check_heuristic_pins(task, knobs, task.slot_names, None, arm.width, f"--arms {arm.name} ")
     epochs = args.max_epochs or task.max_epochs
     if epochs < 1 or args.workers < 1:
         raise UsageError(f"--max-epochs and --workers must be >= 1, got {epochs} and {args.workers}")
-    out = Path(args.out_dir) if args.out_dir else RESULTS / task.name
-    return task, arms, widths, seeds, epochs, out
+    out = Path(args.out_dir) if args.out_dir else RESULTS / task.name / recipe.folder
+    return task, arms, widths, seeds, epochs, out, recipe
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
-        task, arms, widths, seeds, epochs, out = resolve(args)
+        task, arms, widths, seeds, epochs, out, recipe = resolve(args)
         out.mkdir(parents=True, exist_ok=True)
         start = time.perf_counter()
-        rows = run_episodes(task, arms, seeds, epochs, args.workers, out)
+        rows = run_episodes(task, arms, seeds, epochs, args.workers, out, recipe)
     except UsageError as exc:
         print(f"frontier: error: {exc}", file=sys.stderr)
         return 2
     summary = summarise(task, rows, arms, widths, seeds)
     summary.update(
-        {"max_epochs": epochs, "threads_per_episode": 1, "seconds_this_run": round(time.perf_counter() - start, 1)}
+        {
+            "recipe": recipe.name,
+            "max_epochs": epochs,
+            "threads_per_episode": 1,
+            "seconds_this_run": round(time.perf_counter() - start, 1),
+        }
     )
     summary.update(torch_build())
     stem = out / f"frontier_seeds{seeds[0]}-{seeds[-1] + 1}"

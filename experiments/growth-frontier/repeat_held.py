@@ -10,7 +10,7 @@ torch build: run it where the held episodes ran.
 Writes `<out-dir>/repeat_held_<code>.json` and exits 1 if any episode differs.
 
 Usage: python experiments/growth-frontier/repeat_held.py --task shapes [--seed 200] [--start-width 4]
-           [--arms static naive heuristic policy:shapes] [--max-epochs N] [--out-dir DIR]
+           [--arms static naive heuristic policy:shapes] [--max-epochs N] [--recipe default] [--out-dir DIR]
 """
 
 from __future__ import annotations
@@ -58,29 +58,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--start-width", type=int, default=4, help="the cheapest start is quickest (default 4)")
     parser.add_argument("--arms", nargs="+", default=["static", "naive", "heuristic", "policy:shapes"])
     parser.add_argument("--max-epochs", type=int, help="the frontier's episode length (default: the task's)")
-    parser.add_argument("--out-dir", help="the frontier's folder (default experiments/growth-frontier/results/TASK)")
+    parser.add_argument("--recipe", default="default", choices=list(frontier.RECIPES), help="the held episodes' recipe")
+    parser.add_argument("--out-dir", help="the frontier's folder (default: the recipe's, as frontier.py's)")
     args = parser.parse_args(argv)
     try:
         if args.task not in TASKS:
             raise UsageError(f"--task {args.task!r}: choose from: {' '.join(TASKS)}")
         task = get_task(args.task)
-        out = Path(args.out_dir) if args.out_dir else frontier.RESULTS / task.name
+        recipe = frontier.RECIPES[args.recipe]
+        out = Path(args.out_dir) if args.out_dir else frontier.RESULTS / task.name / recipe.folder
         log = out / "episodes.jsonl"
         if not log.exists():
             raise UsageError(f"no held episodes: {log} does not exist")
         rows = read_jsonl(log)
         held = [held_row(rows, arm, args.start_width, args.seed) for arm in args.arms]
         arms = [frontier.Arm(row["arm"], row["start_width"]) for row in held]
-        frontier.check_held_arms(task, held, arms, log)  # other knobs or policies would differ for another reason
+        frontier.check_held_arms(task, held, arms, log, recipe)  # another recipe, knobs or policy differs anyway
         epochs = args.max_epochs or task.max_epochs
-        jobs = [frontier.job(task, arm, row["seed"], epochs) for arm, row in zip(arms, held, strict=True)]
+        jobs = [frontier.job(task, arm, row["seed"], epochs, recipe) for arm, row in zip(arms, held, strict=True)]
     except UsageError as exc:
         print(f"repeat_held: error: {exc}", file=sys.stderr)
         return 2
     torch.set_num_threads(1)
     version, results = frontier.code_version(), []
     for arm, row, job in zip(arms, held, jobs, strict=True):
-        again = frontier.row_of(arm, run_one(job), version, frontier.arm_heuristic(task, arm.name))
+        again = frontier.row_of(arm, run_one(job), version, frontier.arm_heuristic(task, arm.name), recipe)
         results.append(compared(row, again))
         print(f"{row['arm']}@{row['start_width']} seed {row['seed']}: same {results[-1]['same']}", flush=True)
     report = {"code": version, "date": time.strftime("%Y-%m-%d"), "threads_per_episode": 1, "episodes": results}

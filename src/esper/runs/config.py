@@ -108,9 +108,11 @@ HEURISTIC_GROUPS: dict[str, Group] = {
 
 
 # --------------------------------------------------------------------------- files
-def read_config_file(path: str) -> dict[str, Any]:
-    """A TOML, YAML or JSON file as a dict; a one-line `UsageError` for anything else."""
+def read_config_file(path: str, source: str | None = None) -> dict[str, Any]:
+    """A TOML, YAML or JSON file as a dict; a one-line `UsageError` for anything else, naming
+    the file as the user gave it (`source`: `--config PATH` unless told otherwise)."""
     file = Path(path)
+    named = source or f"--config {path!r}"
     readers: dict[str, Callable[[str], Any]] = {".toml": tomllib.loads, ".json": json.loads}
     try:
         import yaml
@@ -119,16 +121,16 @@ def read_config_file(path: str) -> dict[str, Any]:
     except ImportError:  # pragma: no cover - PyYAML comes with jsonargparse
         pass
     if file.suffix not in readers:
-        raise UsageError(f"--config {path!r}: unknown file type {file.suffix!r}; choose from: {' '.join(readers)}")
+        raise UsageError(f"{named}: unknown file type {file.suffix!r}; choose from: {' '.join(readers)}")
     try:
         data = readers[file.suffix](file.read_text(encoding="utf-8"))
     except OSError as exc:
-        raise UsageError(f"--config {path!r} cannot be read: {exc.strerror or exc}") from None
+        raise UsageError(f"{named} cannot be read: {exc.strerror or exc}") from None
     except Exception as exc:  # each format's own parse error
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UsageError(f"--config {path!r} is not valid {file.suffix[1:].upper()}: {first}") from None
+        raise UsageError(f"{named} is not valid {file.suffix[1:].upper()}: {first}") from None
     if not isinstance(data, dict):
-        raise UsageError(f"--config {path!r} must hold a table of settings, got {type(data).__name__}")
+        raise UsageError(f"{named} must hold a table of settings, got {type(data).__name__}")
     return data
 
 

@@ -395,7 +395,9 @@ def check_heuristic_fits(
 
 def heuristic_from_file(path: str, defaults: HeuristicConfig) -> HeuristicConfig:
     """A file's `[heuristic]` table over `defaults`; anything else in the file is an error."""
-    _, knobs = split_config(read_config_file(path), (), {"heuristic": HeuristicConfig}, f"heuristic:{path}")
+    _, knobs = split_config(
+        read_config_file(path, f"heuristic:{path}"), (), {"heuristic": HeuristicConfig}, f"heuristic:{path}"
+    )
     try:
         return defaults.with_knobs(knobs.get("heuristic", {}))
     except (TypeError, ValueError) as exc:
