@@ -310,3 +310,63 @@ def test_a_static_host_and_a_width_seed_cost_what_their_layers_hand_count() -> N
     assert flops_per_param.params((8, 16, 40)) - flops_per_param.params((8, 16, 32)) == added + 2 * 2 * 8 + 8 * 10
     extra = flops_per_param.train_flops_per_sample((8, 16, 40)) - flops_per_param.train_flops_per_sample((8, 16, 32))
     assert extra == added * 16 * 6 + 8 * 10 * 6
+
+
+import_eval = load_benchmark("import_eval_episodes", EXPERIMENTS / "growth-frontier")
+
+
+def eval_records(tmp_path: Path, host_params: int) -> tuple[Path, Path]:
+    evaluation = tmp_path / "eval.json"
+    machine = {"torch": "2.13.0+cpu", "cpu_capability": "AVX512", "cpu": "elsewhere"}
+    evaluation.write_text(json.dumps({"max_epochs": 40, "policy_sha256": {"policy:shapes": "0" * 64}, **machine}))
+    episodes = tmp_path / "episodes.jsonl"
+    result = {"controller": "compute", "test_accuracy": 70.0, "test_loss": 0.8, "host_params": host_params,
+              "seed_params": 0, "train_gflops": 2323.0, "measure_gflops": 300.0, "seconds": 100.0,
+              "grown_seeds": []}  # fmt: skip
+    episodes.write_text("".join(json.dumps(dict(result, seed=s)) + "\n" for s in (200, 201)))
+    return evaluation, episodes
+
+
+def test_an_eval_s_episodes_become_frontier_rows_on_the_machine_they_ran(tmp_path: Path, capsys) -> None:
+    """An eval's `compute` host (static width 10) becomes `static@10`; a second import of the
+    same seeds, a seed the eval lacks, a host of another width and another policy are refused."""
+    evaluation, episodes = eval_records(tmp_path, get_task("shapes").host_params(10))
+    out = tmp_path / "front"
+    argv = [str(evaluation), str(episodes), "--controller", "compute", "--arm", "static", "--start-width", "10",
+            "--code", "abc1234", "--seeds", "200:202", "--out-dir", str(out)]  # fmt: skip
+    assert import_eval.main(argv) == 0
+    rows = [json.loads(line) for line in (out / "episodes.jsonl").read_text().splitlines()]
+    assert [(r["arm"], r["start_width"], r["seed"], r["code"], r["recipe"]) for r in rows] == [
+        ("static", 10, 200, "abc1234", "default"),
+        ("static", 10, 201, "abc1234", "default"),
+    ]
+    assert rows[0]["cpu"] == "elsewhere" and rows[0]["imported_from"] == "eval.json"
+    before = (out / "episodes.jsonl").read_text()
+    capsys.readouterr()
+    for change, fragment in (
+        ({}, "already holds static@10 on seeds [200, 201]"),
+        ({"--seeds": "200:203"}, "no episode of seed 202"),
+        ({"--start-width": "9"}, "not a static host of width 9"),
+        ({"--arm": "policy:shapes", "--controller": "policy:shapes"}, "no episode of seed 200"),
+    ):
+        given = list(argv)
+        for flag, value in change.items():
+            given[given.index(flag) + 1] = value
+        assert import_eval.main(given) == 2
+        err = capsys.readouterr().err.splitlines()
+        assert len(err) == 1 and fragment in err[0], (change, err)
+    assert (out / "episodes.jsonl").read_text() == before
+
+
+def test_a_policy_s_episodes_are_imported_only_if_today_s_policy_played_them(tmp_path: Path, capsys) -> None:
+    evaluation, episodes = eval_records(tmp_path, 1)
+    episodes.write_text(episodes.read_text().replace('"compute"', '"policy:shapes"'))
+    argv = [str(evaluation), str(episodes), "--controller", "policy:shapes", "--arm", "policy:shapes",
+            "--start-width", "8", "--code", "x", "--seeds", "200:202", "--out-dir", str(tmp_path / "f")]  # fmt: skip
+    assert import_eval.main(argv) == 2
+    assert "another policy than today's policy:shapes" in capsys.readouterr().err
+    today = frontier.policy_sha256(frontier.trained_policy_path("shapes"))
+    evaluation.write_text(evaluation.read_text().replace("0" * 64, today))
+    assert import_eval.main(argv) == 0
+    row = json.loads((tmp_path / "f" / "episodes.jsonl").read_text().splitlines()[0])
+    assert row["policy_sha256"] == today
