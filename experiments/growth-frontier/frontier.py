@@ -472,7 +472,8 @@ def draw(summary: dict, path: Path) -> None:
         ax.set_xlabel(label + " (log)")
         ax.grid(alpha=0.3)
     axes[0].set_ylabel(f"{summary['metric_label']} (mean over seeds)")
-    axes[1].legend(fontsize=7, loc="lower right")
+    handles, labels = axes[1].get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=7, loc="lower center", ncol=3)  # below the panels: no point hidden
     seeds = summary["seeds"]
     fig.suptitle(
         f"{summary['task']}: grown hosts against the static front, seeds {seeds[0]}..{seeds[-1]}. "
@@ -480,7 +481,7 @@ def draw(summary: dict, path: Path) -> None:
         "or of its training compute (right).",
         fontsize=9,
     )
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.05 + 0.025 * math.ceil(len(labels) / 3), 1, 1))
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
