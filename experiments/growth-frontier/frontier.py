@@ -512,7 +512,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--out-dir",
-        help="where episodes, JSON and figure go (default experiments/growth-frontier/results/TASK/default_recipe)",
+        help="where episodes, JSON and figure go (default: the recipe's, experiments/growth-frontier/results/TASK/"
+        "default_recipe, or results/TASK for 2026-11-27)",
     )
     return parser.parse_args(argv)
 
