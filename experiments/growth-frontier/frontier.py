@@ -544,7 +544,6 @@ def resolve(args: argparse.Namespace) -> tuple[TaskSpec, list[Arm], list[int], l
             )
         if name.startswith("naive:"):
             naive_schedule(name, name.partition(":")[2])
-        arm_heuristic(task, name)  # a heuristic arm's knobs file reads
         gate_thresholds(given, recipe)
     for w in (*widths, *starts):
         if w < 1:
