@@ -162,6 +162,21 @@ def test_bad_arguments_get_one_line_and_exit_2(
     assert not (tmp_path / "run").exists()
 
 
+def test_a_bad_pin_from_the_config_file_names_the_file(
+    tiny_tasks, workdir: Path, tmp_path: Path, capsys, monkeypatch
+) -> None:
+    """The cloning teacher's pins read from `--config` are the file's, not a `--heuristic.` flag's."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    config = tmp_path / "teacher.toml"
+    config.write_text('[heuristic]\nslot_blueprints = ["late=conv_heavy"]\n')
+    argv = ["ppo", "--config", str(config), "--slots", "early", "--run-dir", str(tmp_path / "run")]
+    line = check_usage_error(capsys, argv, f"--config {str(config)!r}: heuristic.slot", "'late' is not a slot")
+    assert "--heuristic." not in line
+    flag = ["--heuristic.slot_blueprints", "[late=conv_heavy]"]
+    check_usage_error(capsys, [*argv, *flag], "--heuristic.slot", "'late' is not a slot")
+    assert not (tmp_path / "run").exists()
+
+
 @pytest.mark.slow
 def test_resume_from_a_missing_corrupt_or_mismatched_checkpoint(
     tiny_tasks, workdir: Path, tmp_path: Path, capsys

@@ -507,3 +507,13 @@ def test_a_schedule_keeps_every_seed_it_grows_and_counts_as_a_grower(
         [("early", "widen_50", "FOSSILIZED"), ("late", "widen_25", "FOSSILIZED")]
     ] * 2
     assert report["controllers"]["matched"]["seed_params"] == [0, 0] and f"{schedule} - matched" in report["paired"]
+
+
+def test_a_bad_pin_from_the_config_file_names_the_file(tiny_shapes, workdir: Path, tmp_path: Path, capsys) -> None:
+    """The plain heuristic's pins read from `--config` are the file's, not a `--heuristic.` flag's."""
+    config = tmp_path / "run.toml"
+    config.write_text('[heuristic]\nslot_blueprints = ["late=widen_25"]\n')
+    argv = ["eval", "--controllers", "heuristic", "--seeds", "0:2", "--config", str(config), *EARLY, *FAST]
+    line = check_usage_error(capsys, argv, f"--config {str(config)!r}: heuristic.slot", "'late' is not a slot")
+    assert "--heuristic." not in line
+    assert not Path("runs").exists()

@@ -119,6 +119,15 @@ def check_heuristic_pins(
     return pinned
 
 
+def heuristic_knobs_source(config_path: str | None, rest: Sequence[str]) -> str:
+    """The prefix an error about the run's heuristic slot pins names: its flags when given, else
+    the `--config` file (a user who never typed `--heuristic.` must be sent to the file)."""
+    flags = ("--heuristic.slots", "--heuristic.slot_blueprints")
+    if config_path is None or any(token.split("=")[0] in flags for token in rest):
+        return "--heuristic."
+    return f"--config {config_path!r}: heuristic."
+
+
 def check_minimum(name: str, value: int, minimum: int) -> None:
     if value < minimum:
         raise UsageError(f"{name} must be >= {minimum}, got {value}")

@@ -55,6 +55,7 @@ from esper.runs.common import (
     check_run_dir,
     check_same_run,
     env_config,
+    heuristic_knobs_source,
     load_task_data,
     resolve_blueprints,
     resolve_device_arg,
@@ -375,6 +376,7 @@ def check_heuristic_fits(
     blueprints: Sequence[str] | None,
     host_width: int | None,
     slots: Sequence[str],
+    run_source: str = "--heuristic.",
 ) -> None:
     """A heuristic controller's `slots` knob names enabled slots, and each blueprint its
     `slot_blueprints` pins fits its slot (and is among `--blueprints`, when given). Without
@@ -384,7 +386,7 @@ def check_heuristic_fits(
     if spec.kind != "heuristic":
         return
     knobs = heuristic_knobs(spec, run_knobs)
-    prefix = f"heuristic:{spec.path} " if spec.path else "--heuristic."
+    prefix = f"heuristic:{spec.path} " if spec.path else run_source
     pinned = check_heuristic_pins(task, knobs, slots, blueprints, host_width, prefix)
     if blueprints is not None:
         return
@@ -417,8 +419,9 @@ def resolve_eval(args: argparse.Namespace, rest: Sequence[str] = ()) -> EvalRun:
     )
     seeds = parse_seeds(settings["seeds"])
     controllers = resolve_controllers(settings["controllers"], task, seeds, knobs["host"].width, slots)
+    run_source = heuristic_knobs_source(args.config, rest)
     for spec in controllers:
-        check_heuristic_fits(task, spec, knobs["heuristic"], blueprints, knobs["host"].width, slots)
+        check_heuristic_fits(task, spec, knobs["heuristic"], blueprints, knobs["host"].width, slots, run_source)
     max_epochs = task.max_epochs if settings["max_epochs"] is None else settings["max_epochs"]
     check_minimum("--max-epochs", max_epochs, 1)
     knobs["host"] = knobs["host"].with_episode_warmup(task, max_epochs)

@@ -39,6 +39,7 @@ from esper.runs.common import (
     check_minimum,
     check_run_dir,
     env_config,
+    heuristic_knobs_source,
     legacy_knobs,
     load_task_data,
     progress_bar,
@@ -178,7 +179,8 @@ def resolve_ppo(args: argparse.Namespace, rest: Sequence[str] = (), ctx: DistCon
     slots = resolve_slots(task, settings["slots"])
     blueprints = policy_blueprints(task, settings["blueprints"])
     check_blueprints_fit(task, knobs["host"].width, slots, blueprints)
-    check_heuristic_pins(task, knobs["heuristic"], slots, blueprints, knobs["host"].width)  # the cloning teacher's
+    teacher_source = heuristic_knobs_source(args.config, rest)  # the cloning teacher's pins
+    check_heuristic_pins(task, knobs["heuristic"], slots, blueprints, knobs["host"].width, teacher_source)
     config = trainer_config(settings, knobs)
     spaces = policy_spaces(task, blueprints, config.observe_budget, knobs["gates"])
     init_policy = resolve_init_policy(settings, resume, task, spaces)
