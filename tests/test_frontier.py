@@ -263,15 +263,18 @@ def test_the_committed_records_are_ones_the_frontier_reuses_today(task_name: str
     assert any(r["arm"] == "heuristic" for r in held)
 
 
-def test_the_default_recipe_s_committed_record_is_one_the_frontier_reuses_today() -> None:
-    """Its every arm, C_J's knobs file and the shipped policy included, as the acceptance command runs them."""
-    task, recipe = get_task("shapes"), frontier.RECIPES["default"]
-    log = frontier.RESULTS / "shapes" / recipe.folder / "episodes.jsonl"
+@pytest.mark.parametrize(("task_name", "starts", "seeds"), [("shapes", (8, 4), 10), ("pydoc", (64,), 5)])
+def test_the_default_recipe_s_committed_records_are_ones_the_frontier_reuses_today(
+    task_name: str, starts: tuple[int, ...], seeds: int
+) -> None:
+    """Their every arm, C_J's knobs file and the shipped policy included, as the acceptance commands run them."""
+    task, recipe = get_task(task_name), frontier.RECIPES["default"]
+    log = frontier.RESULTS / task_name / recipe.folder / "episodes.jsonl"
     held = [json.loads(line) for line in log.read_text().splitlines()]
-    arms = [frontier.Arm(name, w) for name in frontier.default_arms(task, recipe) for w in (8, 4)]
+    arms = [frontier.Arm(name, w) for name in frontier.default_arms(task, recipe) for w in starts]
     frontier.check_held_arms(task, held, arms, log, recipe)
     done = {(r["arm"], r["start_width"], r["seed"]) for r in held}
-    assert all((a.name, a.width, s) in done for a in arms for s in range(200, 210))
+    assert all((a.name, a.width, s) in done for a in arms for s in range(200, 200 + seeds))
 
 
 repeat_held = load_benchmark("repeat_held", EXPERIMENTS / "growth-frontier")
