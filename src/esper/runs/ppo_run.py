@@ -179,8 +179,7 @@ def resolve_ppo(args: argparse.Namespace, rest: Sequence[str] = (), ctx: DistCon
     slots = resolve_slots(task, settings["slots"])
     blueprints = policy_blueprints(task, settings["blueprints"])
     check_blueprints_fit(task, knobs["host"].width, slots, blueprints)
-    teacher_source = heuristic_knobs_source(args.config, rest)  # the cloning teacher's pins
-    check_heuristic_pins(task, knobs["heuristic"], slots, blueprints, knobs["host"].width, teacher_source)
+    check_teacher_pins(task, knobs, slots, blueprints, heuristic_knobs_source(args.config, rest))
     config = trainer_config(settings, knobs)
     spaces = policy_spaces(task, blueprints, config.observe_budget, knobs["gates"])
     init_policy = resolve_init_policy(settings, resume, task, spaces)
@@ -223,6 +222,14 @@ def resolve_ppo(args: argparse.Namespace, rest: Sequence[str] = (), ctx: DistCon
         clonings=past_clonings(resume or init_policy),
         init_policy=init_policy,
     )  # fmt: skip
+
+
+def check_teacher_pins(
+    task: TaskSpec, knobs: dict[str, Any], slots: Sequence[str], blueprints: tuple[str, ...], source: str
+) -> None:
+    """The cloning teacher's slot pins fit the run, checked before anything is written; `source`
+    is where they came from (a flag or the `--config` file), for the error."""
+    check_heuristic_pins(task, knobs["heuristic"], slots, blueprints, knobs["host"].width, source)
 
 
 def policy_spaces(
