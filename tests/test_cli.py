@@ -636,3 +636,17 @@ def test_a_lone_double_dash_as_a_value_is_one_line(workdir: Path, capsys) -> Non
     """argparse hands `--episodes=--` over as an empty list; it was a TypeError traceback."""
     check_usage_error(capsys, ["heuristic", "--episodes=--", "--run-dir", "r"], "--episodes", "expected one value")
     assert not Path("r").exists()
+
+
+@pytest.mark.parametrize("command", ["heuristic", "grow"])
+def test_a_bad_pin_from_the_config_file_names_the_file(
+    command: str, workdir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The heuristic's pins read from `--config` are the file's, not a `--heuristic.` flag's."""
+    config = tmp_path / "run.toml"
+    config.write_text('[heuristic]\nslot_blueprints = ["late=widen_25"]\n')
+    run_dir = tmp_path / "run"
+    argv = [command, "--config", str(config), "--slots", "early", "--run-dir", str(run_dir)]
+    line = check_usage_error(capsys, argv, f"--config {str(config)!r}: heuristic.slot", "'late' is not a slot")
+    assert "--heuristic." not in line
+    assert not run_dir.exists()

@@ -28,6 +28,7 @@ from esper.runs.common import (
     check_run_dir,
     check_same_run,
     env_config,
+    heuristic_knobs_source,
     load_task_data,
     progress_bar,
     resolve_device_arg,
@@ -142,7 +143,8 @@ def resolve_growth(args: argparse.Namespace, rest: Sequence[str] = ()) -> Growth
     blueprints = resolve_heuristic_blueprints(
         task, knobs["heuristic"], settings["blueprints"], knobs["host"].width, slots
     )
-    check_heuristic_fits(task, controller, knobs["heuristic"], blueprints, knobs["host"].width, slots)
+    pins_source = heuristic_knobs_source(args.config, rest)
+    check_heuristic_fits(task, controller, knobs["heuristic"], blueprints, knobs["host"].width, slots, pins_source)
     run_dir = Path(args.run_dir or Path("runs") / f"{time.strftime('%Y%m%d-%H%M%S')}-{args.command}-{task.name}")
     config = resolved_config(args.command, settings, knobs)
     finished = resumed_episodes(args, run_dir, config, episodes)
