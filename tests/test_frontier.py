@@ -128,9 +128,12 @@ def test_the_default_recipe_trains_as_esper_eval_does_today(tmp_path: Path, caps
     job = frontier.job(task, frontier.Arm("naive~blend_epochs=2", 8), 200, 40, recipe)
     env = frontier.EnvConfig(task=task, **job.env_fields)
     assert (env.episode_lr_warmup_epochs, env.thresholds) == (3, frontier.GateThresholds(blend_epochs=2))
-    assert frontier.default_arms(task, recipe)[-1] == frontier.PINNED_ARM
-    assert frontier.PINNED_ARM not in frontier.default_arms(task, frontier.RECIPES["2026-11-27"])
-    assert frontier.PINNED_ARM not in frontier.default_arms(frontier.get_task("pydoc"), recipe)
+    names = [(a.name, a.width) for a in frontier.default_arms(task, recipe, [8, 4])]
+    assert (frontier.PINNED_ARM, 8) in names and names[-2:] == [(frontier.PINNED_ARM, 4), (frontier.HALF_WIDTH_ARM, 4)]
+    assert frontier.HALF_WIDTH_ARM not in {a.name for a in frontier.default_arms(task, recipe, [8])}
+    for other_task, other_recipe in ((task, frontier.RECIPES["2026-11-27"]), (frontier.get_task("pydoc"), recipe)):
+        others = {a.name for a in frontier.default_arms(other_task, other_recipe, [8, 4])}
+        assert not others & {frontier.PINNED_ARM, frontier.HALF_WIDTH_ARM}
     assert frontier.main(["--seeds", "0:2", "--out-dir", str(tmp_path / "none"), "--arms", "x"]) == 2
     capsys.readouterr()
     held = rows("static", 2, 100, 10.0, [50.0, 51.0])  # no recipe recorded: the first one's
@@ -267,11 +270,12 @@ def test_the_committed_records_are_ones_the_frontier_reuses_today(task_name: str
 def test_the_default_recipe_s_committed_records_are_ones_the_frontier_reuses_today(
     task_name: str, starts: tuple[int, ...], seeds: int
 ) -> None:
-    """Their every arm, C_J's knobs file and the shipped policy included, as the acceptance commands run them."""
+    """Their every arm, C_J's and C_M's knobs files and the shipped policy included, as the acceptance
+    commands run them."""
     task, recipe = get_task(task_name), frontier.RECIPES["default"]
     log = frontier.RESULTS / task_name / recipe.folder / "episodes.jsonl"
     held = [json.loads(line) for line in log.read_text().splitlines()]
-    arms = [frontier.Arm(name, w) for name in frontier.default_arms(task, recipe) for w in starts]
+    arms = frontier.default_arms(task, recipe, list(starts))
     frontier.check_held_arms(task, held, arms, log, recipe)
     done = {(r["arm"], r["start_width"], r["seed"]) for r in held}
     assert all((a.name, a.width, s) in done for a in arms for s in range(200, 200 + seeds))

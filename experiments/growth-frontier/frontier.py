@@ -18,7 +18,9 @@ Every arm trains by one recipe (`--recipe`): `default`, the task's learning-rate
 Esper's gates as `esper eval` runs them today (written to `<task>/default_recipe`); or
 `2026-11-27`, the recipe of the first frontier (no warm-up, the accuracy reading of a seed's
 contribution; written to `<task>`). On `shapes` the `default` recipe adds C_J (`PINNED_ARM`), the
-grower that met the growth bar against the static host of its own size. An arm may carry gate
+grower that met the growth bar against the static host of its own size, and from half width C_M
+(`HALF_WIDTH_ARM`), the literature's regime: width 4 doubled to width 8 on at most 0.85 of its
+training FLOPs. An arm may carry gate
 thresholds after a `~` (`naive~min_training_epochs=1,blend_epochs=1`,
 `heuristic~keep_reading=loss`): its episodes run under those over the recipe's.
 
@@ -128,9 +130,23 @@ PINNED_ARM = (
 gates its evals ran under (run from the repository's root)."""
 
 
-def default_arms(task: TaskSpec, recipe: Recipe) -> list[str]:
-    arms = [a for a in DEFAULT_ARMS if not a.startswith("policy:") or a == f"policy:{task.name}"]
-    return arms + ([PINNED_ARM] if task.name == "shapes" and recipe.name == "default" else [])
+HALF_WIDTH_ARM = (
+    "heuristic:experiments/growth-frontier/heuristic_shapes_double_pinned.toml"
+    "~compute_budget=3.2,probation_cull_contribution=-0.5,fossilize_min_contribution=-0.5"
+)
+"""C_M, the literature's regime: from half width, `widen_100` in every slot under 0.85 of static
+width 8's training FLOPs (3.2 runs of width 4), so that kept it ends as width 8. It runs from half
+the task's width only: from width 8 the same budget would buy a width-16 host."""
+
+
+def default_arms(task: TaskSpec, recipe: Recipe, starts: list[int]) -> list[Arm]:
+    """The growing arms of a frontier run without `--arms`: every default arm from each start
+    width, and on `shapes` at the default recipe C_J from each and C_M from half width."""
+    names = [a for a in DEFAULT_ARMS if not a.startswith("policy:") or a == f"policy:{task.name}"]
+    today_on_shapes = task.name == "shapes" and recipe.name == "default"
+    arms = [Arm(n, s) for s in starts for n in names + ([PINNED_ARM] if today_on_shapes else [])]
+    half = task.host_width // 2
+    return arms + ([Arm(HALF_WIDTH_ARM, half)] if today_on_shapes and half in starts else [])
 
 
 def gate_thresholds(arm_name: str, recipe: Recipe = FIRST_RECIPE) -> GateThresholds:
@@ -535,8 +551,8 @@ def resolve(args: argparse.Namespace) -> tuple[TaskSpec, list[Arm], list[int], l
         [task.host_width, task.host_width // 2] if task.name == "shapes" else [task.host_width]
     )
     recipe = RECIPES[args.recipe]
-    names = args.arms or default_arms(task, recipe)
-    for given in names:
+    grown = [Arm(n, s) for s in starts for n in args.arms] if args.arms else default_arms(task, recipe, starts)
+    for given in sorted({a.name for a in grown}):
         name = given.partition("~")[0]
         if name not in DEFAULT_ARMS and not name.startswith(("naive:", "heuristic:")):
             raise UsageError(
@@ -548,7 +564,7 @@ def resolve(args: argparse.Namespace) -> tuple[TaskSpec, list[Arm], list[int], l
     for w in (*widths, *starts):
         if w < 1:
             raise UsageError(f"widths must be >= 1, got {w}")
-    arms = [Arm("static", w) for w in widths] + [Arm(n, s) for s in starts for n in names]
+    arms = [Arm("static", w) for w in widths] + grown
     for arm in arms:
         if arm.name.startswith("heuristic:"):
             knobs = arm_heuristic(task, arm.name)
