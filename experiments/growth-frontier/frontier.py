@@ -345,7 +345,7 @@ def run_episodes(
     check_held_arms(task, rows, arms, log, recipe)
     done = {(r["arm"], r["start_width"], r["seed"]) for r in rows}
     todo = [(a, s) for a in arms for s in seeds if (a.name, a.width, s) not in done]
-    print(f"frontier: {len(rows)} episodes held, {len(todo)} to run, {workers} workers", file=sys.stderr, flush=True)
+    print(f"frontier: {len(rows)} episodes held, {len(todo)} to run, {workers} worker(s)", file=sys.stderr, flush=True)
     context, version = multiprocessing.get_context("spawn"), code_version()
     with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool, log.open("a") as sink:
         futures = {pool.submit(run_one, job(task, arm, seed, epochs, recipe)): arm for arm, seed in todo}
@@ -482,8 +482,8 @@ def draw(summary: dict, path: Path) -> None:
             low, high = g[m]["ci95"]
             mean = g[m]["mean"]
             err = [[mean - low], [high - mean]] if low is not None else None
-            ax.errorbar([g[key]], [mean], yerr=err, marker="os^Dv<>"[i % 7], capsize=3, linestyle="none",
-                        label=f"{arm_label(g['arm'])} from w{g['start_width']} (95% CI)")  # fmt: skip
+            ax.errorbar([g[key]], [mean], yerr=err, marker="os^Dv<>"[i % 7], color=plt.cm.tab20(i % 20), capsize=3,
+                        linestyle="none", label=f"{arm_label(g['arm'])} from w{g['start_width']} (95% CI)")  # fmt: skip
         ax.set_xscale("log")
         ax.set_xlabel(label + " (log)")
         ax.grid(alpha=0.3)
