@@ -20,9 +20,9 @@ Esper's gates as `esper eval` runs them today (written to `<task>/default_recipe
 contribution; written to `<task>`). On `shapes` the `default` recipe adds C_J (`PINNED_ARM`), the
 grower that met the growth bar against the static host of its own size, and from half width C_M
 (`HALF_WIDTH_ARM`), the literature's regime: width 4 doubled to width 8 on at most 0.85 of its
-training FLOPs. An arm may carry gate
-thresholds after a `~` (`naive~min_training_epochs=1,blend_epochs=1`,
-`heuristic~keep_reading=loss`): its episodes run under those over the recipe's.
+training FLOPs. An arm may carry gate thresholds after a `~`
+(`naive~min_training_epochs=1,blend_epochs=1`, `heuristic~keep_reading=loss`): its episodes run
+under those over the recipe's.
 
 Each growing arm runs from every start width given (`--start-widths`; by default the task's
 width and, on `shapes`, half of it). Every episode of a seed sees the same data order. Each arm's
